@@ -1,0 +1,108 @@
+"""Data: built-in synthetic images, or your images in torchvision's ImageFolder layout.
+
+    DATA/train/<class name>/*.png|jpg
+    DATA/val/<class name>/*.png|jpg
+
+The class names (folder names) come from DATA/train; DATA/val must have the same folders.
+"""
+
+from pathlib import Path
+
+import torch
+from torch.utils.data import Dataset
+from torchvision import datasets
+from torchvision.transforms import v2
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet statistics
+SYNTHETIC_CLASSES = ["horizontal-stripes", "vertical-stripes", "checkerboard", "disk"]
+
+
+def transforms(image_size: int, train: bool) -> v2.Compose:
+    steps = [v2.ToImage(), v2.Resize((image_size, image_size), antialias=True)]
+    if train:  # augmentation for the training split only
+        steps += [
+            v2.RandomCrop(image_size, padding=image_size // 8),
+            v2.RandomHorizontalFlip(),
+        ]
+    steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)]
+    return v2.Compose(steps)
+
+
+class SyntheticImages(Dataset):
+    """Coloured stripes, checkerboards and disks with random frequency, phase, position and noise:
+    learnable by a small CNN, generated in memory from a fixed seed (no download)."""
+
+    def __init__(self, size: int, image_size: int, seed: int, transform):
+        g = torch.Generator().manual_seed(seed)
+        n, s = size, image_size
+        self.labels = torch.randint(0, len(SYNTHETIC_CLASSES), (n,), generator=g)
+        ys, xs = torch.meshgrid(
+            torch.arange(s).float(), torch.arange(s).float(), indexing="ij"
+        )
+        freq = torch.randint(2, 5, (n, 1, 1), generator=g) * 2 * torch.pi / s
+        phase = torch.rand(n, 1, 1, generator=g) * 2 * torch.pi
+        rows, cols = torch.sin(ys * freq + phase) > 0, torch.sin(xs * freq + phase) > 0
+        cy, cx = (torch.rand(2, n, 1, 1, generator=g) * 0.5 + 0.25) * s
+        radius = (torch.rand(n, 1, 1, generator=g) * 0.15 + 0.2) * s
+        disk = (ys - cy) ** 2 + (xs - cx) ** 2 < radius**2
+        patterns = torch.stack([rows, cols, rows ^ cols, disk], 1)[
+            torch.arange(n), self.labels
+        ]
+        background = torch.rand(n, 3, 1, 1, generator=g) * 0.4
+        foreground = torch.rand(n, 3, 1, 1, generator=g) * 0.4 + 0.6
+        images = torch.where(patterns.unsqueeze(1), foreground, background)
+        images = images + 0.1 * torch.randn(n, 3, s, s, generator=g)
+        self.images = (images.clamp(0, 1) * 255).to(torch.uint8)
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int):
+        return self.transform(self.images[index]), int(self.labels[index])
+
+
+def build_datasets(cfg):
+    """Return (train_set, val_set, data_info); data_info is stored in every checkpoint."""
+    if not cfg.data_dir:
+        train_set = SyntheticImages(
+            cfg.synthetic_train_size,
+            cfg.image_size,
+            1,
+            transforms(cfg.image_size, True),
+        )
+        val_set = SyntheticImages(
+            cfg.synthetic_val_size, cfg.image_size, 2, transforms(cfg.image_size, False)
+        )
+        return train_set, val_set, {"classes": SYNTHETIC_CLASSES}
+    root = Path(cfg.data_dir)
+    splits = {}
+    for split in ("train", "val"):
+        folder = root / split
+        if not folder.is_dir():
+            raise ValueError(
+                f"{folder}: missing; expected {root}/train/<class>/*.png and {root}/val/<class>/*.png"
+            )
+        try:
+            splits[split] = datasets.ImageFolder(
+                folder,
+                transform=transforms(cfg.image_size, split == "train"),
+                loader=load_image,
+            )
+        except FileNotFoundError as exc:  # no class folders, or no images in them
+            raise ValueError(f"{folder}: {exc}") from None
+    if splits["val"].classes != splits["train"].classes:
+        raise ValueError(
+            f"{root / 'val'}: class folders {splits['val'].classes} differ from {root / 'train'}: {splits['train'].classes}"
+        )
+    return splits["train"], splits["val"], {"classes": splits["train"].classes}
+
+
+def load_image(path: str):
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB")
+    except (OSError, UnidentifiedImageError) as exc:
+        raise ValueError(f"{path}: not a readable image ({exc})") from None

@@ -1,0 +1,134 @@
+"""Data: built-in synthetic sentences, or your CSV/JSONL files with `text` and `label` fields.
+
+    DATA/train.csv   (or train.jsonl)   columns/keys: text, label
+    DATA/val.csv     (or val.jsonl)
+
+The vocabulary (words of the training split) and the label names are stored in every checkpoint,
+so evaluation and resume use the same ids.
+"""
+
+import csv
+import json
+import random
+import re
+from collections import Counter
+from pathlib import Path
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+PAD_ID, UNK_ID = 0, 1
+TOPICS = {
+    "sports": "goal match team coach season player score league stadium referee",
+    "science": "atom theory experiment cell energy planet molecule physics gene data",
+    "food": "recipe bread sauce cheese dinner spicy oven garlic soup dessert",
+    "travel": "flight hotel beach passport journey island museum train luggage tour",
+}
+FILLER = "the a of and to in it is was on for with as at by this that we they very some".split()
+
+
+def tokenize(text: str) -> list[str]:
+    return re.findall(r"\w+|[^\w\s]", text.lower())
+
+
+def synthetic_examples(n: int, seed: int) -> list[tuple[str, str]]:
+    """Sentences of filler words with a few words of one topic; the topic is the label."""
+    rng = random.Random(seed)
+    labels = sorted(TOPICS)
+    examples = []
+    for _ in range(n):
+        label = rng.choice(labels)
+        words = rng.choices(FILLER, k=rng.randint(4, 16)) + rng.choices(
+            TOPICS[label].split(), k=rng.randint(1, 3)
+        )
+        rng.shuffle(words)
+        examples.append((" ".join(words), label))
+    return examples
+
+
+def read_examples(path: Path) -> list[tuple[str, str]]:
+    """Read (text, label) pairs; any problem names the file and line."""
+    examples = []
+    with open(path, newline="", encoding="utf-8") as f:
+        if path.suffix == ".csv":
+            reader = csv.DictReader(f)
+            if not reader.fieldnames or not {"text", "label"} <= set(reader.fieldnames):
+                raise ValueError(
+                    f"{path}:1: needs a header with columns text and label, got {reader.fieldnames}"
+                )
+            for row in reader:
+                if row["text"] is None or row["label"] in (None, ""):
+                    raise ValueError(f"{path}:{reader.line_num}: missing text or label")
+                examples.append((row["text"], row["label"]))
+        else:
+            for line_number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                    examples.append((str(record["text"]), str(record["label"])))
+                except (ValueError, KeyError, TypeError):
+                    raise ValueError(
+                        f"{path}:{line_number}: expected a JSON object with text and label"
+                    ) from None
+    if not examples:
+        raise ValueError(f"{path}: no examples")
+    return examples
+
+
+def find_split(root: Path, split: str) -> Path:
+    for suffix in (".csv", ".jsonl"):
+        if (root / f"{split}{suffix}").is_file():
+            return root / f"{split}{suffix}"
+    raise ValueError(f"{root}: no {split}.csv or {split}.jsonl")
+
+
+def build_vocab(texts: list[list[str]], min_count: int) -> list[str]:
+    counts = Counter(word for words in texts for word in words)
+    words = sorted(
+        (w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w)
+    )
+    return ["<pad>", "<unk>"] + words
+
+
+def encode(examples, vocab: list[str], labels: list[str], max_length: int, source: str):
+    ids = {word: i for i, word in enumerate(vocab)}
+    label_ids = {label: i for i, label in enumerate(labels)}
+    encoded = []
+    for number, (text, label) in enumerate(examples, 1):
+        if label not in label_ids:
+            raise ValueError(
+                f"{source}: example {number}: label {label!r} does not occur in the training split"
+            )
+        tokens = [ids.get(word, UNK_ID) for word in tokenize(text)[:max_length]] or [
+            UNK_ID
+        ]
+        encoded.append((torch.tensor(tokens), label_ids[label]))
+    return encoded
+
+
+def build_datasets(cfg):
+    """Return (train_set, val_set, data_info); data_info (vocabulary, classes) goes in checkpoints."""
+    if cfg.data_dir:
+        train_path, val_path = find_split(Path(cfg.data_dir), "train"), find_split(
+            Path(cfg.data_dir), "val"
+        )
+        train, val = read_examples(train_path), read_examples(val_path)
+    else:
+        train_path, val_path = "synthetic train", "synthetic val"
+        train, val = synthetic_examples(
+            cfg.synthetic_train_size, 1
+        ), synthetic_examples(cfg.synthetic_val_size, 2)
+    vocab = build_vocab([tokenize(text) for text, _ in train], cfg.min_word_count)
+    classes = sorted({label for _, label in train})
+    train_set = encode(train, vocab, classes, cfg.max_length, str(train_path))
+    val_set = encode(val, vocab, classes, cfg.max_length, str(val_path))
+    return train_set, val_set, {"classes": classes, "vocab": vocab}
+
+
+def collate(batch):
+    """Pad token ids to the longest text of the batch; the model masks the padding."""
+    tokens, labels = zip(*batch)
+    return pad_sequence(tokens, batch_first=True, padding_value=PAD_ID), torch.tensor(
+        labels
+    )

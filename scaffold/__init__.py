@@ -1,0 +1,3 @@
+"""scaffold: generate explicit, plain-PyTorch training projects from templates."""
+
+__version__ = "0.1.0"
