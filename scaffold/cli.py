@@ -13,7 +13,7 @@ from typing import List, Optional
 import typer
 
 from scaffold import __version__
-from scaffold.errors import ScaffoldError
+from scaffold.errors import ScaffoldError, UsageError
 
 app = typer.Typer(
     help="Generate explicit, plain-PyTorch training projects; add or remove features later.",
@@ -30,9 +30,26 @@ app.add_typer(remove_app, name="remove")
 app.add_typer(diff_app, name="diff")
 
 
+def _one_line(text: str) -> str:
+    """Escape newlines and other unprintable characters (from paths, records): one line."""
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+        for c in text
+    )
+
+
 def _fail(exc: ScaffoldError) -> typer.Exit:
-    typer.echo(f"error: {exc}", err=True)
+    typer.echo(f"error: {_one_line(str(exc))}", err=True)
     return typer.Exit(code=exc.code)
+
+
+INTERRUPTED = "error: interrupted; no file was changed: run the command again"
+
+
+def _interrupted() -> typer.Exit:
+    # Ctrl-C can only land before the first write: writes hold it until they are complete.
+    typer.echo(INTERRUPTED, err=True)
+    return typer.Exit(code=130)
 
 
 def _version_callback(value: bool) -> None:
@@ -77,8 +94,12 @@ def new(
     try:
         names = [n.strip() for item in feature for n in item.split(",") if n.strip()]
         asked = task is None and not names and not defaults and sys.stdin.isatty()
+        try:
+            resolved = Path(path).resolve()
+        except (OSError, RuntimeError) as exc:  # a symlink loop
+            raise UsageError(f"cannot use {path} ({exc}): choose another path") from None
         answers = Answers(
-            project_name=Path(path).resolve().name if str(path) else "",
+            project_name=resolved.name,
             task=task or DEFAULT_TASK,
             features=names,
             description=description if description is not None else DEFAULT_DESCRIPTION,
@@ -90,6 +111,8 @@ def new(
         files = new_project(Path(path), answers, force=force)
     except ScaffoldError as exc:
         raise _fail(exc) from None
+    except KeyboardInterrupt:
+        raise _interrupted() from None
     typer.echo(f"created {path} ({answers.task}; features: {', '.join(answers.features) or 'none'}, "
                f"{len(files)} files)")
     typer.echo(f"next: cd {path} && python train.py")
@@ -170,6 +193,8 @@ def _change_feature(name, project, dry_run, allow_dirty, add):
         )
     except ScaffoldError as exc:
         raise _fail(exc) from None
+    except KeyboardInterrupt:
+        raise _interrupted() from None
     if result.conflicts:
         raise typer.Exit(code=1)
 
@@ -213,8 +238,19 @@ def status(project: Optional[Path] = _PROJECT) -> None:
 
 
 def main() -> None:
+    import os
+
     try:
         app(prog_name="scaffold")
     except KeyboardInterrupt:
-        typer.echo("error: interrupted; nothing was written", err=True)
+        typer.echo(INTERRUPTED, err=True)
         sys.exit(130)
+    except Exception as exc:  # a bug: one line for the user, the traceback on request
+        if os.environ.get("SCAFFOLD_DEBUG"):
+            raise
+        typer.echo(
+            f"error: internal error ({type(exc).__name__}: {_one_line(str(exc))[:200]}): "
+            "please report it; SCAFFOLD_DEBUG=1 shows the traceback",
+            err=True,
+        )
+        sys.exit(1)

@@ -7,10 +7,12 @@ copier and black are imported inside the functions that need them, so `scaffold 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -52,6 +54,7 @@ def template_fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
+@lru_cache(maxsize=None)
 def black_version() -> str:
     from importlib.metadata import version
 
@@ -59,20 +62,55 @@ def black_version() -> str:
 
 
 def check_name(name: str) -> str:
-    if not NAME_RE.fullmatch(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        shown = repr(name[:70]) + "..." if isinstance(name, str) and len(name) > 70 else repr(name)
         raise UsageError(
-            f"invalid project name {name!r}: use 1-64 letters, digits, '.', '_' or '-', "
+            f"invalid project name {shown}: use 1-64 letters, digits, '.', '_' or '-', "
             "starting with a letter"
         )
     return name
 
 
+# Format characters a description may keep (joiners used by some scripts and emoji); every other
+# control, format (bidi overrides), private-use, unassigned or line/paragraph separator is refused.
+_DESCRIPTION_FORMAT_OK = {"\u200c", "\u200d"}
+_TEMPLATE_DELIMITERS = ("{{", "}}", "{%", "%}", "{#", "#}")
+
+
 def check_description(text: str) -> str:
-    if len(text) > 200 or any(ord(c) < 32 or c == "\x7f" for c in text):
+    """One line of printable text: it is rendered into README.md, never into Python code."""
+    import unicodedata
+
+    if not isinstance(text, str) or len(text) > 200 or any(
+        unicodedata.category(c) in ("Cc", "Cs", "Co", "Cn", "Zl", "Zp")
+        or (unicodedata.category(c) == "Cf" and c not in _DESCRIPTION_FORMAT_OK)
+        for c in text
+    ):
         raise UsageError(
             "invalid description: use one line of at most 200 printable characters"
         )
+    if any(d in text for d in _TEMPLATE_DELIMITERS):
+        raise UsageError(
+            "invalid description: it may not contain template delimiters "
+            "('{{', '}}', '{%', '%}', '{#', '#}')"
+        )
     return text
+
+
+def check_relpath(rel: str) -> str:
+    """A file name scaffold may write or delete: relative, '/'-separated, inside the project."""
+    if (
+        not isinstance(rel, str)
+        or not rel
+        or rel.startswith("/")
+        or "\\" in rel
+        or not rel.isprintable()
+        or any(part in ("", ".", "..") for part in rel.split("/"))
+    ):
+        raise ScaffoldError(
+            f"refusing to write {rel!r}: not a relative path inside the project (report this bug)"
+        )
+    return rel
 
 
 @dataclass
@@ -85,6 +123,12 @@ class Answers:
     description: str = DEFAULT_DESCRIPTION
 
     def validated(self) -> "Answers":
+        if not isinstance(self.features, (list, tuple)) or not all(
+            isinstance(name, str) for name in self.features
+        ):
+            raise UsageError("invalid features: give a list of feature names")
+        if not isinstance(self.task, str):
+            raise UsageError("invalid task: give a task name (see 'scaffold tasks')")
         return Answers(
             project_name=check_name(self.project_name),
             task=check_task(self.task),
@@ -147,13 +191,47 @@ def _collect(root: Path) -> dict[str, bytes]:
 def _format(path: str, data: bytes) -> bytes:
     if not path.endswith(".py"):
         return data
+    # black is deterministic for a given version and mode, and most files of a render are the same
+    # from one render to the next (add feature renders again): keep its output in a small cache.
+    cache = _black_cache_dir()
+    key = hashlib.sha256(black_version().encode() + b"\0" + data).hexdigest()
+    cached = cache / f"{key}.py" if cache else None
+    if cached is not None and cached.is_file():
+        return cached.read_bytes()
     import black
 
     source = data.decode()
     try:
-        return black.format_str(source, mode=black.Mode()).encode()
+        formatted = black.format_str(source, mode=black.Mode()).encode()
     except black.InvalidInput as exc:  # a template bug, never the user's
         raise ScaffoldError(f"generated {path} is not valid Python: {exc}") from exc
+    if cached is not None:
+        try:
+            tmp = cached.with_name(f"{key}.{os.getpid()}.tmp")
+            tmp.write_bytes(formatted)
+            os.replace(tmp, cached)
+        except OSError:
+            pass  # a cache that cannot be written is no cache, not an error
+    return formatted
+
+
+@lru_cache(maxsize=None)
+def _black_cache_dir() -> Path | None:
+    """$SCAFFOLD_CACHE_DIR, else $XDG_CACHE_HOME/scaffold/black, else ~/.cache/scaffold/black.
+    SCAFFOLD_CACHE_DIR="" turns the cache off."""
+    configured = os.environ.get("SCAFFOLD_CACHE_DIR")
+    if configured == "":
+        return None
+    if configured:
+        folder = Path(configured)
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+        folder = Path(base) / "scaffold" / "black"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return folder
 
 
 _TEMPLATE_SYNTAX = re.compile(rb"\{\{|\}\}|\{%|%\}|\{#|#\}")
@@ -166,59 +244,226 @@ def _check_no_template_syntax(files: dict[str, bytes]) -> None:
 
 
 # --- writing ---------------------------------------------------------------------------------
+#
+# `scaffold new PATH` (PATH does not exist yet) builds the project in a hidden staging directory
+# beside PATH, `.NAME.scaffold-partial-PID-XXXX`, and renames it into place: PATH either does not
+# exist or is complete. A staging directory left by a killed run (SIGKILL, power loss) is deleted
+# by the next `scaffold new` of the same name in that folder, once its process is gone.
+#
+# Writing into an existing directory (an empty PATH, `new --force`, `add/remove feature`) is one
+# transaction: every file is first written under `.scaffold/staging/`, then the list of moves is
+# written to `.scaffold/journal.json` (the commit point), then the files are renamed into place.
+# A run killed before the commit changed nothing (the next scaffold command deletes the staging
+# files); one killed after it is finished by the next scaffold command in that project (`recover`).
+# Ctrl-C while files are being written waits until they all are.
+
+STAGING_PREFIX = "scaffold-partial"
+JOURNAL_FILE = f"{RECORD_DIR}/journal.json"
+STAGING_DIR = f"{RECORD_DIR}/staging"
 
 
-def write_new_project(dest: Path, files: dict[str, bytes], force: bool = False) -> None:
-    """Write a freshly rendered project.
-
-    A new directory is built beside `dest` and renamed into place, so a failure or a kill leaves
-    nothing. With `force` into an existing directory, each file is replaced atomically.
-    """
+def check_destination(dest: Path, force: bool = False) -> None:
+    """Refuse a destination for `scaffold new` before anything is rendered or written."""
     dest = Path(dest)
-    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+    if dest.is_symlink():
+        raise ScaffoldError(
+            f"{dest} is a symbolic link: give the directory it points to, or another path"
+        )
+    if dest.exists() and not dest.is_dir():
         raise ScaffoldError(f"{dest} exists and is not a directory: choose another path")
-    if dest.exists() and any(dest.iterdir()):
-        if not force:
+    if dest.is_dir():
+        recover(dest)
+        if any(dest.iterdir()) and not force:
             raise ScaffoldError(
                 f"{dest} exists and is not empty: choose another path, or pass --force "
                 "to write the generated files into it"
             )
+    elif not dest.parent.is_dir():
+        raise ScaffoldError(f"{dest.parent} is not an existing directory: create it first")
+
+
+def write_new_project(dest: Path, files: dict[str, bytes], force: bool = False) -> None:
+    """Write a freshly rendered project: all of it, or (after a failure or a kill) nothing."""
+    dest = Path(dest)
+    check_destination(dest, force)
+    if dest.is_dir():  # empty, or --force: one transaction into it
         write_files(dest, files)
         return
     parent = dest.parent
-    if not parent.is_dir():
-        raise ScaffoldError(f"{parent} does not exist: create it first")
-    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.scaffold-", dir=parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    staging.chmod(0o777 & ~umask)
+    _remove_stale_staging(parent, dest.name)
+    with _interrupts_deferred():
+        staging = Path(
+            tempfile.mkdtemp(prefix=f".{dest.name}.{STAGING_PREFIX}-{os.getpid()}-", dir=parent)
+        )
+        try:
+            umask = os.umask(0)
+            os.umask(umask)
+            staging.chmod(0o777 & ~umask)
+            for rel, data in files.items():
+                target = staging / check_relpath(rel)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+                _copy_mode(rel, target)
+            try:
+                os.replace(staging, dest)  # the commit point
+            except OSError:
+                if dest.exists():
+                    raise ScaffoldError(
+                        f"{dest} was created by something else meanwhile: choose another path"
+                    ) from None
+                raise
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+
+def _remove_stale_staging(parent: Path, name: str) -> None:
+    """Delete staging directories of `scaffold new NAME` runs that were killed."""
+    prefix = f".{name}.{STAGING_PREFIX}-"
     try:
-        for rel, data in files.items():
-            target = staging / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-            _copy_mode(rel, target)
-        if dest.exists():
-            dest.rmdir()  # empty, checked above
-        os.replace(staging, dest)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        entries = list(Path(parent).iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.name.startswith(prefix) or entry.is_symlink() or not entry.is_dir():
+            continue
+        pid = entry.name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and not _process_alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. another user's process
+        return True
+    return True
+
+
+@contextmanager
+def _interrupts_deferred():
+    """Hold Ctrl-C (SIGINT) while files are written: the write completes, then the command does."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
 
 
 def write_files(root: Path, files: dict[str, bytes | None]) -> None:
-    """Write (or, for None, delete) each file, each one atomically via a temporary sibling."""
-    for rel, data in files.items():
+    """Write (or, for None, delete) files under `root`, all or nothing (see the notes above)."""
+    root = Path(root)
+    recover(root)
+    for rel in files:
+        _check_target(root, check_relpath(rel))
+    _check_target(root, JOURNAL_FILE)
+    staging = root / STAGING_DIR
+    if staging.is_symlink():
+        _check_target(root, STAGING_DIR)
+    ops = []
+    with _interrupts_deferred():
+        try:
+            staging.mkdir(parents=True, exist_ok=True)
+            for number, (rel, data) in enumerate(files.items()):
+                if data is None:
+                    ops.append([rel, None])
+                    continue
+                tmp = staging / str(number)
+                tmp.write_bytes(data)
+                if (root / rel).is_file():
+                    shutil.copymode(root / rel, tmp)  # keep the user's permissions
+                _copy_mode(rel, tmp)
+                ops.append([rel, tmp.name])
+            part = staging / "journal.part"
+            part.write_text(json.dumps({"format": 1, "ops": ops}), encoding="utf-8")
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        os.replace(part, root / JOURNAL_FILE)  # the commit point
+        _apply_journal(root, ops)
+
+
+def recover(root: Path) -> str:
+    """Finish a write interrupted after its commit point, or undo one interrupted before it.
+
+    Every scaffold command that works in an existing project calls this first.
+    Returns "finished", "undone" or "" (nothing was pending).
+    """
+    root = Path(root)
+    journal, staging = root / JOURNAL_FILE, root / STAGING_DIR
+    if journal.is_file() and not journal.is_symlink():
+        ops = _read_journal(root, journal)
+        with _interrupts_deferred():
+            _apply_journal(root, ops)
+        return "finished"
+    if staging.is_dir() and not staging.is_symlink():
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            (root / RECORD_DIR).rmdir()  # only if empty: a `new` into an empty directory
+        except OSError:
+            pass
+        return "undone"
+    return ""
+
+
+def _read_journal(root: Path, journal: Path) -> list:
+    try:
+        data = json.loads(journal.read_text(encoding="utf-8"))
+        if data.get("format") != 1:
+            raise ValueError("unknown format")
+        ops = [(rel, name) for rel, name in data["ops"]]
+        for rel, name in ops:
+            _check_target(root, check_relpath(rel))
+            if name is not None and not (isinstance(name, str) and name.isdigit()):
+                raise ValueError("bad entry")
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError,
+            ScaffoldError):
+        raise ScaffoldError(
+            f"{journal} is damaged, so an interrupted scaffold write cannot be finished: "
+            f"delete {JOURNAL_FILE} and {STAGING_DIR}, then check your files (git status)"
+        ) from None
+    return ops
+
+
+def _apply_journal(root: Path, ops) -> None:
+    staging = root / STAGING_DIR
+    for rel, name in ops:
         target = root / rel
-        if data is None:
-            if target.exists() or target.is_symlink():
+        if name is None:
+            if target.is_symlink() or target.is_file():
                 target.unlink()
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.scaffold-tmp")
-        tmp.write_bytes(data)
-        _copy_mode(rel, tmp)
-        os.replace(tmp, target)
+        elif (staging / name).exists():  # else: moved already, before an interruption
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staging / name, target)
+    (root / JOURNAL_FILE).unlink()
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def _check_target(root: Path, rel: str) -> None:
+    """Refuse to write through a symbolic link, or where a directory or file is in the way."""
+    parts = rel.split("/")
+    for depth in range(1, len(parts) + 1):
+        path = root.joinpath(*parts[:depth])
+        if path.is_symlink():
+            raise ScaffoldError(
+                f"refusing to write {rel}: {path} is a symbolic link; scaffold does not write "
+                "through links: replace it with a regular file or directory"
+            )
+        last = depth == len(parts)
+        if path.exists() and (path.is_dir() if last else not path.is_dir()):
+            what = "a directory" if last else "a file"
+            raise ScaffoldError(
+                f"cannot write {rel}: {path} is {what}; move it away and run again"
+            )
 
 
 def _copy_mode(rel: str, path: Path) -> None:

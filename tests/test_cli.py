@@ -152,3 +152,36 @@ def test_render_failure_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(ScaffoldError):
         new_project(tmp_path / "p", render_mod.Answers(project_name="p"))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_new_on_a_terminal_asks_the_questions(tmp_path):
+    """Without flags on a terminal, `scaffold new` asks for the task and the features."""
+    import os
+    import pty
+    import select
+    import time
+
+    pid, fd = pty.fork()
+    if pid == 0:  # child: the CLI on a real pseudo-terminal
+        os.chdir(tmp_path)
+        os.execvp(sys.executable, [sys.executable, "-m", "scaffold", "new", "asked"])
+    output, answers = b"", [b"text-classification\n", b"amp, resume\n"]
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            output += chunk
+            if answers and output.rstrip().endswith((b"]:", b":")):
+                os.write(fd, answers.pop(0))
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, output.decode(errors="replace")
+    assert b"Task" in output and b"Features" in output
+    record = json.loads((tmp_path / "asked" / ".scaffold" / "record.json").read_text())
+    assert record["answers"]["task"] == "text-classification"
+    assert record["answers"]["features"] == ["amp", "resume"]

@@ -8,12 +8,13 @@ simply not called. train.py calls them in this order:
                                          lr, train_loss (and samples_per_s on logging steps)
     on_validation_end(epoch, step, metrics)   after each validation (val_loss, val_acc, ...)
     on_epoch_end(epoch, step)            after each epoch, after validation
-    on_exception(exc)                    if the loop raises; the exception then propagates
+    on_exception(exc)                    if the loop raises an Exception; it then propagates
     on_train_end(step)                   always, last, also after an exception
 
-on_step_end and on_validation_end may return True to stop training after the current update
-(or epoch). To add your own, write a class here and append an instance to `callbacks` in
-train.py:
+on_step_end and on_validation_end may return True to stop training: the loop finishes the current
+update, validates (if it has not just done so), calls on_epoch_end and on_train_end, and writes
+final.pt as at a normal end. To add your own, write a class here and append an instance to
+`callbacks` in train.py:
 
     class PrintEveryHundred:
         def on_step_end(self, step, metrics):
@@ -21,7 +22,6 @@ train.py:
                 print(step, metrics["train_loss"])
 """
 
-import math
 import time
 
 
@@ -53,12 +53,20 @@ class ThroughputMonitor:
             self.last_time, self.last_step = now, step
 
 
-class StopOnNonFiniteLoss:
-    """Stops training cleanly (after this update) when the training loss is nan or inf."""
+class TimeLimit:
+    """Stops training cleanly (after the current update) once `max_hours` have passed, so a run
+    that must fit a job's time slot still validates and writes final.pt. 0: no limit."""
+
+    def __init__(self, max_hours: float):
+        self.max_seconds = max_hours * 3600
+        self.start = None
+
+    def on_train_start(self, cfg, step):
+        self.start = time.perf_counter()
 
     def on_step_end(self, step, metrics):
-        if not math.isfinite(metrics["train_loss"]):
-            print(f"step {step}: train loss is {metrics['train_loss']}, stopping")
+        if self.max_seconds and time.perf_counter() - self.start > self.max_seconds:
+            print(f"step {step}: time limit (--max-hours) reached, stopping")
             return True
         return False
 

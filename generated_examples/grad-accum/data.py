@@ -9,8 +9,10 @@ The class names (folder names) come from DATA/train; DATA/val must have the same
 from pathlib import Path
 
 import torch
+from PIL import Image
 from torch.utils.data import Dataset
 from torchvision import datasets
+from torchvision.datasets.folder import IMG_EXTENSIONS
 from torchvision.transforms import v2
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet statistics
@@ -84,25 +86,49 @@ def build_datasets(cfg):
                 f"{folder}: missing; expected {root}/train/<class>/*.png and {root}/val/<class>/*.png"
             )
         try:
+            transform = transforms(cfg.image_size, split == "train")
             splits[split] = datasets.ImageFolder(
                 folder,
-                transform=transforms(cfg.image_size, split == "train"),
+                transform=transform,
                 loader=load_image,
+                is_valid_file=check_image,
             )
         except FileNotFoundError as exc:  # no class folders, or no images in them
             raise ValueError(f"{folder}: {exc}") from None
-    if splits["val"].classes != splits["train"].classes:
+    classes = splits["train"].classes
+    for name in splits["val"].classes:
+        if name not in classes:
+            raise ValueError(
+                f"{root / 'val' / name}: class {name!r} has no folder in {root / 'train'}"
+            )
+    if (
+        splits["val"].classes != classes
+    ):  # ImageFolder numbers the classes of each split by their sorted names
+        missing = sorted(set(classes) - set(splits["val"].classes))
         raise ValueError(
-            f"{root / 'val'}: class folders {splits['val'].classes} differ from {root / 'train'}: {splits['train'].classes}"
+            f"{root / 'val'}: no folder for class {missing[0]!r}; val needs the class folders of train"
         )
-    return splits["train"], splits["val"], {"classes": splits["train"].classes}
+    return splits["train"], splits["val"], {"classes": classes}
+
+
+def check_image(path: str) -> bool:
+    """Called by ImageFolder for every file while it scans the folders: image files are opened once
+    (PIL reads only the header), so a file that is not an image stops the run here with its name,
+    not in the middle of an epoch. Costs about a second per 10,000 files; other files are skipped.
+    """
+    if not path.lower().endswith(IMG_EXTENSIONS):
+        return False  # e.g. .DS_Store or notes.txt
+    try:
+        with Image.open(path):
+            return True
+    except OSError as exc:  # PIL's UnidentifiedImageError is an OSError
+        raise ValueError(f"{path}: not a readable image ({exc})") from None
 
 
 def load_image(path: str):
-    from PIL import Image, UnidentifiedImageError
-
+    """Decode an image as RGB (grayscale and RGBA files too); a damaged file names itself."""
     try:
         with Image.open(path) as image:
             return image.convert("RGB")
-    except (OSError, UnidentifiedImageError) as exc:
+    except OSError as exc:  # e.g. a truncated file whose header was fine
         raise ValueError(f"{path}: not a readable image ({exc})") from None

@@ -31,25 +31,26 @@ def tokenize(text: str) -> list[str]:
     return re.findall(r"\w+|[^\w\s]", text.lower())
 
 
-def synthetic_examples(n: int, seed: int) -> list[tuple[str, str]]:
+def synthetic_examples(n: int, seed: int, source: str) -> list[tuple[str, str, str]]:
     """Sentences of filler words with a few words of one topic; the topic is the label."""
     rng = random.Random(seed)
     labels = sorted(TOPICS)
     examples = []
-    for _ in range(n):
+    for number in range(1, n + 1):
         label = rng.choice(labels)
         words = rng.choices(FILLER, k=rng.randint(4, 16)) + rng.choices(
             TOPICS[label].split(), k=rng.randint(1, 3)
         )
         rng.shuffle(words)
-        examples.append((" ".join(words), label))
+        examples.append((" ".join(words), label, f"{source} example {number}"))
     return examples
 
 
-def read_examples(path: Path) -> list[tuple[str, str]]:
-    """Read (text, label) pairs; any problem names the file and line."""
+def read_examples(path: Path) -> list[tuple[str, str, str]]:
+    """Read (text, label, "file:line") triples; any problem names the file and line."""
     examples = []
-    with open(path, newline="", encoding="utf-8") as f:
+    # utf-8-sig: also reads files saved with a byte-order mark (Excel's "CSV UTF-8")
+    with open(path, newline="", encoding="utf-8-sig") as f:
         if path.suffix == ".csv":
             reader = csv.DictReader(f)
             if not reader.fieldnames or not {"text", "label"} <= set(reader.fieldnames):
@@ -59,18 +60,29 @@ def read_examples(path: Path) -> list[tuple[str, str]]:
             for row in reader:
                 if row["text"] is None or row["label"] in (None, ""):
                     raise ValueError(f"{path}:{reader.line_num}: missing text or label")
-                examples.append((row["text"], row["label"]))
+                examples.append(
+                    (row["text"], row["label"], f"{path}:{reader.line_num}")
+                )
         else:
             for line_number, line in enumerate(f, 1):
                 if not line.strip():
                     continue
                 try:
                     record = json.loads(line)
-                    examples.append((str(record["text"]), str(record["label"])))
-                except (ValueError, KeyError, TypeError):
+                except json.JSONDecodeError as exc:
                     raise ValueError(
-                        f"{path}:{line_number}: expected a JSON object with text and label"
+                        f"{path}:{line_number}: not valid JSON ({exc.msg})"
                     ) from None
+                if (
+                    not isinstance(record, dict)
+                    or not {"text", "label"} <= record.keys()
+                ):
+                    raise ValueError(
+                        f"{path}:{line_number}: expected a JSON object with keys text and label"
+                    )
+                examples.append(
+                    (str(record["text"]), str(record["label"]), f"{path}:{line_number}")
+                )
     if not examples:
         raise ValueError(f"{path}: no examples")
     return examples
@@ -80,7 +92,9 @@ def find_split(root: Path, split: str) -> Path:
     for suffix in (".csv", ".jsonl"):
         if (root / f"{split}{suffix}").is_file():
             return root / f"{split}{suffix}"
-    raise ValueError(f"{root}: no {split}.csv or {split}.jsonl")
+    raise ValueError(
+        f"{root / split}.csv: missing (expected {split}.csv or {split}.jsonl in {root})"
+    )
 
 
 def build_vocab(texts: list[list[str]], min_count: int) -> list[str]:
@@ -91,14 +105,14 @@ def build_vocab(texts: list[list[str]], min_count: int) -> list[str]:
     return ["<pad>", "<unk>"] + words
 
 
-def encode(examples, vocab: list[str], labels: list[str], max_length: int, source: str):
+def encode(examples, vocab: list[str], labels: list[str], max_length: int):
     ids = {word: i for i, word in enumerate(vocab)}
     label_ids = {label: i for i, label in enumerate(labels)}
     encoded = []
-    for number, (text, label) in enumerate(examples, 1):
+    for text, label, where in examples:
         if label not in label_ids:
             raise ValueError(
-                f"{source}: example {number}: label {label!r} does not occur in the training split"
+                f"{where}: label {label!r} does not occur in the training split"
             )
         tokens = [ids.get(word, UNK_ID) for word in tokenize(text)[:max_length]] or [
             UNK_ID
@@ -110,19 +124,18 @@ def encode(examples, vocab: list[str], labels: list[str], max_length: int, sourc
 def build_datasets(cfg):
     """Return (train_set, val_set, data_info); data_info (vocabulary, classes) goes in checkpoints."""
     if cfg.data_dir:
-        train_path, val_path = find_split(Path(cfg.data_dir), "train"), find_split(
-            Path(cfg.data_dir), "val"
-        )
-        train, val = read_examples(train_path), read_examples(val_path)
+        train = read_examples(find_split(Path(cfg.data_dir), "train"))
+        val = read_examples(find_split(Path(cfg.data_dir), "val"))
+        classes = sorted(
+            {label for _, label, _ in train}
+        )  # the labels of the training split
     else:
-        train_path, val_path = "synthetic train", "synthetic val"
-        train, val = synthetic_examples(
-            cfg.synthetic_train_size, 1
-        ), synthetic_examples(cfg.synthetic_val_size, 2)
-    vocab = build_vocab([tokenize(text) for text, _ in train], cfg.min_word_count)
-    classes = sorted({label for _, label in train})
-    train_set = encode(train, vocab, classes, cfg.max_length, str(train_path))
-    val_set = encode(val, vocab, classes, cfg.max_length, str(val_path))
+        train = synthetic_examples(cfg.synthetic_train_size, 1, "synthetic train")
+        val = synthetic_examples(cfg.synthetic_val_size, 2, "synthetic val")
+        classes = sorted(TOPICS)
+    vocab = build_vocab([tokenize(text) for text, _, _ in train], cfg.min_word_count)
+    train_set = encode(train, vocab, classes, cfg.max_length)
+    val_set = encode(val, vocab, classes, cfg.max_length)
     return train_set, val_set, {"classes": classes, "vocab": vocab}
 
 

@@ -51,8 +51,8 @@ ENTITIES = {
 FILLER = "the a met visited in at from with and said today yesterday joined left for to of near".split()
 
 
-def synthetic_sentences(n: int, seed: int) -> list[tuple[list[str], list[str]]]:
-    """Filler words with one to three entities; sentence lengths vary widely (3 to ~40 words)."""
+def synthetic_sentences(n: int, seed: int) -> list[tuple[list[str], list[str], int]]:
+    """Filler words with one to three entities; sentence lengths vary widely (2 to 42 words)."""
     rng = random.Random(seed)
     sentences = []
     for _ in range(n):
@@ -65,21 +65,23 @@ def synthetic_sentences(n: int, seed: int) -> list[tuple[list[str], list[str]]]:
             entity = rng.choice(ENTITIES[kind]).split()
             words += entity
             tags += [f"B-{kind}"] + [f"I-{kind}"] * (len(entity) - 1)
-        sentences.append((words, tags))
+        sentences.append((words, tags, 0))
     return sentences
 
 
-def read_conll(path: Path) -> list[tuple[list[str], list[str]]]:
-    """Read CoNLL sentences; a malformed line names the file and line."""
+def read_conll(path: Path) -> list[tuple[list[str], list[str], int]]:
+    """Read (words, tags, line of the first word) per sentence; a malformed line names the file and line."""
     if not path.is_file():
-        raise ValueError(f"{path}: missing; expected CoNLL files train.txt and val.txt")
+        raise ValueError(
+            f"{path}: missing; expected CoNLL files train.txt and val.txt in {path.parent}"
+        )
     sentences, words, tags = [], [], []
     with open(path, encoding="utf-8") as f:
         for line_number, line in enumerate(f, 1):
             columns = line.split()
             if not columns or columns[0] == "-DOCSTART-":
                 if words:
-                    sentences.append((words, tags))
+                    sentences.append((words, tags, line_number - len(words)))
                     words, tags = [], []
                 continue
             if len(columns) < 2:
@@ -94,14 +96,14 @@ def read_conll(path: Path) -> list[tuple[list[str], list[str]]]:
             words.append(columns[0])
             tags.append(tag)
     if words:
-        sentences.append((words, tags))
+        sentences.append((words, tags, line_number + 1 - len(words)))
     if not sentences:
         raise ValueError(f"{path}: no sentences")
     return sentences
 
 
 def build_vocab(sentences, min_count: int) -> list[str]:
-    counts = Counter(word.lower() for words, _ in sentences for word in words)
+    counts = Counter(word.lower() for words, _, _ in sentences for word in words)
     words = sorted(
         (w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w)
     )
@@ -114,12 +116,12 @@ def encode(
     ids = {word: i for i, word in enumerate(vocab)}
     tag_ids = {tag: i for i, tag in enumerate(tag_names)}
     encoded = []
-    for number, (words, tags) in enumerate(sentences, 1):
-        unknown = [tag for tag in tags if tag not in tag_ids]
-        if unknown:
-            raise ValueError(
-                f"{source}: sentence {number}: tag {unknown[0]!r} does not occur in the training split"
-            )
+    for words, tags, first_line in sentences:
+        for i, tag in enumerate(tags):
+            if tag not in tag_ids:
+                raise ValueError(
+                    f"{source}:{first_line + i}: tag {tag!r} does not occur in the training split"
+                )
         token_ids = [ids.get(word.lower(), UNK_ID) for word in words[:max_length]]
         encoded.append(
             (
@@ -138,13 +140,17 @@ def build_datasets(cfg):
             Path(cfg.data_dir) / "val.txt",
         )
         train, val = read_conll(train_path), read_conll(val_path)
+        tag_set = {
+            tag for _, tags, _ in train for tag in tags
+        }  # the tags of the training split
     else:
         train_path, val_path = "synthetic train", "synthetic val"
         train, val = synthetic_sentences(
             cfg.synthetic_train_size, 1
         ), synthetic_sentences(cfg.synthetic_val_size, 2)
+        tag_set = {f"{prefix}-{kind}" for kind in ENTITIES for prefix in "BI"}
     vocab = build_vocab(train, cfg.min_word_count)
-    tag_names = ["O"] + sorted({tag for _, tags in train for tag in tags} - {"O"})
+    tag_names = ["O"] + sorted(tag_set - {"O"})
     train_set = encode(train, vocab, tag_names, cfg.max_length, str(train_path))
     val_set = encode(val, vocab, tag_names, cfg.max_length, str(val_path))
     return train_set, val_set, {"tags": tag_names, "vocab": vocab}

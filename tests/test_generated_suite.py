@@ -1,0 +1,386 @@
+"""Every generated project ships its own pytest suite (templates/project/tests/): it must pass on
+the snapshots, and it must FAIL, naming the broken guarantee, when a small edit breaks one.
+
+- test_generated_suite_passes[NAME]: `python -m pytest -q` in a copy of generated_examples/NAME, as
+  a user runs it. Always for the most informative examples (every feature per task, and the
+  minimal project per task); the single-feature snapshots only with SCAFFOLD_ALL_SUITES=1: their
+  code paths are all inside `all`, and they do not fit the time budget of this file.
+- test_mutation_is_caught[ID]: a copy of a snapshot with one breaking edit (MUTATIONS below); the
+  generated test for that guarantee (`pytest -x -q -k TEST`) must fail, and the failing test's
+  name must be the guarantee's. The unedited copies pass the same tests (the suites above), so
+  each failure is the edit's doing.
+
+All suites and mutants run in parallel subprocesses started by one module fixture. Mutants run in
+one process per worker through this file's __main__ (pytest.main per mutant, the project modules
+purged in between), which saves a torch import per mutant.
+"""
+
+from __future__ import annotations
+
+import ast
+import concurrent.futures
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from scaffold.examples import EXAMPLES, ROOT
+
+pytestmark = pytest.mark.slow
+
+ALWAYS = [
+    "all",
+    "text-classification-all",
+    "token-classification-all",
+    "minimal",
+    "text-classification-minimal",
+    "token-classification-minimal",
+]
+SUITES = list(EXAMPLES) if os.environ.get("SCAFFOLD_ALL_SUITES") else ALWAYS
+TIMEOUT = 1200  # seconds for any one subprocess; a hang is a failure, not a stuck run
+
+
+# --- edits that break one guarantee each -------------------------------------------------------
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def _statements(source: str, needle: str) -> list[ast.stmt]:
+    """Simple (non-block) statements whose code contains `needle`, whitespace ignored (black
+    may split a statement over several lines)."""
+    return [
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.stmt)
+        and not hasattr(node, "body")
+        and _squash(needle) in _squash(ast.get_source_segment(source, node))
+    ]
+
+
+def _one_statement(source: str, needle: str) -> ast.stmt:
+    found = _statements(source, needle)
+    assert len(found) == 1, f"expected one statement containing {needle!r}, found {len(found)}"
+    return found[0]
+
+
+def drop_statement(needle: str) -> Callable[[str], str]:
+    """Replace the statement containing `needle` with `pass` (keeps every block non-empty)."""
+
+    def edit(source: str) -> str:
+        node = _one_statement(source, needle)
+        lines = source.splitlines(keepends=True)
+        indent = lines[node.lineno - 1][: node.col_offset]
+        lines[node.lineno - 1 : node.end_lineno] = [f"{indent}pass\n"]
+        return "".join(lines)
+
+    return edit
+
+
+def edit_statement(needle: str, old: str, new: str) -> Callable[[str], str]:
+    """Replace `old` with `new` inside the one statement containing `needle`."""
+
+    def edit(source: str) -> str:
+        node = _one_statement(source, needle)
+        lines = source.splitlines(keepends=True)
+        start = sum(len(line) for line in lines[: node.lineno - 1])
+        end = sum(len(line) for line in lines[: node.end_lineno])
+        segment = source[start:end]
+        assert old in segment, f"{old!r} not in the statement containing {needle!r}"
+        return source[:start] + segment.replace(old, new) + source[end:]
+
+    return edit
+
+
+def replace_pattern(pattern: str, new: str) -> Callable[[str], str]:
+    """Replace the one match of a regular expression."""
+
+    def edit(source: str) -> str:
+        result, count = re.subn(pattern, new, source)
+        assert count == 1, f"expected one match of {pattern!r}, found {count}"
+        return result
+
+    return edit
+
+
+def move_statement_after(needle: str, anchor: str) -> Callable[[str], str]:
+    """Move the statement containing `needle` to just after the one containing `anchor`."""
+
+    def edit(source: str) -> str:
+        moved = ast.get_source_segment(source, _one_statement(source, needle))
+        source = drop_statement(needle)(source)
+        node = _one_statement(source, anchor)
+        lines = source.splitlines(keepends=True)
+        indent = lines[node.lineno - 1][: node.col_offset]
+        lines.insert(node.end_lineno, f"{indent}{moved}\n")
+        return "".join(lines)
+
+    return edit
+
+
+@dataclass
+class Mutation:
+    example: str  # the snapshot in generated_examples/ to copy
+    file: str  # the file to edit, or "*" for whichever of train.py/callbacks.py contains it
+    edit: Callable[[str], str]
+    select: str  # pytest -k expression: the test of the broken guarantee
+    expect: str  # that test's name; the failure must name it
+
+
+MUTATIONS = {
+    # core: same seed, same weights
+    "core-unseeded": Mutation(
+        "minimal", "train.py", drop_statement("torch.manual_seed(cfg.seed)"),
+        "same_seed", "test_same_seed_gives_bitwise_identical_weights",
+    ),
+    # core: a few steps run and write every output
+    "core-no-final-weights": Mutation(
+        "minimal", "train.py", drop_statement('out_dir / "final.pt"'),
+        "few_steps", "test_a_few_steps_run_and_write_every_output",
+    ),
+    # core: the loss goes down
+    "core-no-optimizer-step": Mutation(
+        "minimal", "train.py", drop_statement("optimizer.step()"),
+        "loss_goes_down", "test_loss_goes_down",
+    ),
+    # core: a bad flag value is rejected naming the flag
+    "core-config-errors-swallowed": Mutation(
+        "minimal", "train.py", drop_statement("parser.error("),
+        "bad_setting", "test_bad_setting_is_rejected_naming_the_flag",
+    ),
+    # core (ddp's sampler): every epoch in a new order
+    "ddp-forgets-set-epoch": Mutation(
+        "all", "train.py", drop_statement("set_epoch("),
+        "new_order", "test_every_epoch_sees_every_sample_once_in_a_new_order",
+    ),
+    # image task: PNG folders load
+    "image-class-folders-from-root": Mutation(
+        "minimal", "data.py", edit_statement("folder = root / split", "root / split", "root"),
+        "png_image_folders", "test_png_image_folders_load_and_train",
+    ),
+    # token task: CoNLL files load (the tag is the last column)
+    "tokens-tag-from-second-column": Mutation(
+        "token-classification-all", "data.py", edit_statement("columns[-1]", "[-1]", "[1]"),
+        "conll_files", "test_conll_files_load_and_train",
+    ),
+    # grad-accum: the scheduler counts updates
+    "grad-accum-scheduler-per-micro-batch": Mutation(
+        "all", "train.py", move_statement_after("scheduler.step()", ".backward()"),
+        "schedule_step_and_logs", "test_schedule_step_and_logs_count_updates_not_micro_batches",
+    ),
+    # grad-accum: a shorter last window is scaled by its real size
+    "grad-accum-last-window-scaled-as-full": Mutation(
+        "all", "train.py",
+        edit_statement(
+            "for _, targets in window", "sum(len(targets) for _, targets in window)",
+            "cfg.batch_size * cfg.grad_accum_steps",
+        ),
+        "k_micro_batches", "test_k_micro_batches_give_the_gradient_of_one_batch_of_k_times_b",
+    ),
+    # grad-accum (tokens): the loss is divided by the tokens of the whole window
+    "tokens-loss-divided-per-micro-batch": Mutation(
+        "token-classification-all", "train.py",
+        edit_statement(
+            "/ denominator", "/ denominator", "/ (targets != IGNORE_INDEX).sum() / len(window)"
+        ),
+        "k_micro_batches", "test_k_micro_batches_give_the_gradient_of_one_batch_of_k_times_b",
+    ),
+    # amp: fp16 uses an enabled GradScaler
+    "amp-scaler-disabled": Mutation(
+        "all", "train.py", edit_statement("GradScaler(", 'enabled=precision == "fp16"', "enabled=False"),
+        "grad_scaler_trains", "test_fp16_with_grad_scaler_trains",
+    ),
+    # amp: a skipped update moves neither the schedule nor step
+    "amp-skip-not-detected": Mutation(
+        "all", "train.py", replace_pattern(r"if scaler\.get_scale\(\) < scale:", "if False:"),
+        "skipped_fp16", "test_skipped_fp16_update_leaves_schedule_and_step_unmoved",
+    ),
+    # amp: clipping sees unscaled gradients
+    "amp-no-unscale": Mutation(
+        "all", "train.py", drop_statement("unscale_("),
+        "unscaled", "test_clipping_acts_on_unscaled_gradients",
+    ),
+    # resume: the RNG state is restored
+    "resume-no-rng-restore": Mutation(
+        "all", "train.py", drop_statement("set_rng_states(state"),
+        "stopped_and_resumed", "test_stopped_and_resumed_run_ends_bitwise_equal_to_uninterrupted_run",
+    ),
+    # resume: checkpoints hold plain data only (weights_only=True loads them)
+    "resume-pickled-object-in-checkpoint": Mutation(
+        "all", "train.py", edit_statement('out_dir / "final.pt"', "step=step", "step=step, path=out_dir"),
+        "weights_only", "test_checkpoints_load_with_weights_only_and_fit_the_model",
+    ),
+    # ddp: the loss is compensated for DDP's averaging over ranks
+    "ddp-no-world-size-compensation": Mutation(
+        "all", "train.py", edit_statement("float(denominator)", "/ world_size", ""),
+        "two_ranks", "test_two_ranks_make_the_updates_of_one_process_with_twice_the_batch",
+    ),
+    # callbacks: on_train_end always runs, last
+    "callbacks-no-train-end": Mutation(
+        "all", "train.py", drop_statement('"on_train_end"'),
+        "documented_order", "test_hooks_run_in_the_documented_order",
+    ),
+    # early-stopping: stop after exactly --patience bad epochs
+    "early-stopping-off-by-one": Mutation(
+        "all", "*", replace_pattern(r">= (self|cfg)\.patience", r"> \1.patience"),
+        "patience", "test_training_stops_after_patience_epochs_without_improvement",
+    ),
+    # tensorboard: the event files hold the metrics
+    "tensorboard-no-scalars": Mutation(
+        "all", "train.py", drop_statement("add_scalar("),
+        "event_files", "test_event_files_hold_the_metrics_csv_numbers",
+    ),
+    # compile: checkpoints hold the plain module's keys
+    "compile-saves-wrapper-keys": Mutation(
+        "all", "train.py", edit_statement('out_dir / "final.pt"', "raw_model", "model"),
+        "plain_module_keys", "test_compiled_run_saves_plain_module_keys",
+    ),
+}
+
+
+def apply_mutation(mutation: Mutation, dest: Path) -> Path:
+    shutil.copytree(ROOT / mutation.example, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    if mutation.file == "*":
+        names = [name for name in ("train.py", "callbacks.py") if (dest / name).exists()]
+        edited = []
+        for name in names:
+            try:
+                edited.append((name, mutation.edit((dest / name).read_text())))
+            except AssertionError:
+                continue
+        assert len(edited) == 1, f"the edit applies to {len(edited)} of {names}"
+        name, text = edited[0]
+    else:
+        name, text = mutation.file, mutation.edit((dest / mutation.file).read_text())
+    assert text != (dest / name).read_text(), "the edit changed nothing"
+    ast.parse(text)  # still valid Python: the suite must fail on behaviour, not syntax
+    (dest / name).write_text(text)
+    return dest
+
+
+# --- running suites ---------------------------------------------------------------------------
+
+
+def _env() -> dict:
+    # the generated suites import only the project's own modules, never scaffold
+    return {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def run_suite(project: Path) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=project, capture_output=True, text=True, timeout=TIMEOUT, env=_env(),
+    )
+    return {"exit_code": proc.returncode, "output": proc.stdout[-6000:] + proc.stderr[-3000:]}
+
+
+def run_mutants(jobs: list[dict], tmp: Path) -> list[dict]:
+    jobs_file = tmp / f"jobs-{id(jobs)}.json"
+    results_file = jobs_file.with_suffix(".results.json")
+    jobs_file.write_text(json.dumps(jobs))
+    proc = subprocess.run(
+        [sys.executable, __file__, str(jobs_file), str(results_file)],
+        capture_output=True, text=True, timeout=TIMEOUT, env=_env(),
+    )
+    if not results_file.exists():
+        raise AssertionError(f"mutant runner failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return json.loads(results_file.read_text())
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """Start every suite and every mutant at once, one subprocess per CPU; collect the results."""
+    tmp = tmp_path_factory.mktemp("generated-suites")
+    workers = max(2, os.cpu_count() or 1)
+    mutant_jobs = [[] for _ in range(workers)]
+    for i, (name, mutation) in enumerate(MUTATIONS.items()):
+        project = apply_mutation(mutation, tmp / "mutants" / name)
+        job = {"id": name, "project": str(project), "args": ["-x", "-q", "-k", mutation.select]}
+        mutant_jobs[i % workers].append(job)
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        suites = {}
+        for name in SUITES:
+            copy = shutil.copytree(ROOT / name, tmp / "suites" / name, ignore=shutil.ignore_patterns("__pycache__"))
+            suites[name] = pool.submit(run_suite, copy)
+        mutants = [pool.submit(run_mutants, jobs, tmp) for jobs in mutant_jobs if jobs]
+        suite_results = {name: future.result() for name, future in suites.items()}
+        mutant_results = {r["id"]: r for future in mutants for r in future.result()}
+    return suite_results, mutant_results
+
+
+@pytest.mark.parametrize("name", SUITES)
+def test_generated_suite_passes(results, name):
+    result = results[0][name]
+    assert result["exit_code"] == 0, f"the generated suite of {name} fails:\n{result['output']}"
+    assert " passed" in result["output"]
+
+
+@pytest.mark.parametrize("mutation_id", list(MUTATIONS))
+def test_mutation_is_caught(results, mutation_id):
+    mutation, result = MUTATIONS[mutation_id], results[1][mutation_id]
+    summary = f"{mutation_id}: exit {result['exit_code']}, failed {result['failed']}\n{result['output']}"
+    assert result["exit_code"] == 1, f"the generated suite did not catch the edit. {summary}"
+    assert any(mutation.expect in nodeid for nodeid in result["failed"]), summary
+
+
+def test_every_feature_and_task_has_a_mutation():
+    """Each feature's guarantees (and each task's data format) are guarded by a mutant above."""
+    from scaffold.catalogue import FEATURES
+
+    prefixes = {mutation_id.split("-")[0] for mutation_id in MUTATIONS}
+    for feature in FEATURES:
+        assert feature.split("-")[0] in prefixes, f"no mutation breaks a {feature} guarantee"
+    assert {"core", "image", "tokens"} <= prefixes
+
+
+# --- the mutant runner: python tests/test_generated_suite.py JOBS.json RESULTS.json ------------
+
+
+def _run_mutant(job: dict) -> dict:
+    """pytest.main in the mutant's folder, with every module of an earlier project forgotten."""
+    project = job["project"]
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None) or ""
+        if name in ("train", "data", "model", "callbacks", "conftest") or path.startswith(
+            str(Path(project).parent)
+        ):
+            del sys.modules[name]
+    failed = []
+
+    class Collector:
+        def pytest_runtest_logreport(self, report):
+            if report.failed:
+                failed.append(report.nodeid)
+
+        def pytest_collectreport(self, report):
+            if report.failed:
+                failed.append(report.nodeid or "collection")
+
+    import contextlib
+    import io
+
+    old_cwd, old_path = os.getcwd(), list(sys.path)
+    output = io.StringIO()
+    try:
+        os.chdir(project)
+        with contextlib.redirect_stdout(output):
+            exit_code = int(pytest.main([*job["args"], "-p", "no:cacheprovider"], plugins=[Collector()]))
+    finally:
+        os.chdir(old_cwd)
+        sys.path[:] = old_path
+    return {"id": job["id"], "exit_code": exit_code, "failed": failed, "output": output.getvalue()[-4000:]}
+
+
+if __name__ == "__main__":
+    jobs = json.loads(Path(sys.argv[1]).read_text())
+    Path(sys.argv[2]).write_text(json.dumps([_run_mutant(job) for job in jobs]))
+    sys.stdout.flush()
+    os._exit(0)  # skip the slow interpreter teardown after torch
