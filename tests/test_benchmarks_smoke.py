@@ -5,6 +5,7 @@ and where it was made."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -22,6 +23,10 @@ def lightning_installed() -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("SCAFFOLD_BENCH_SMOKE") != "1",
+    reason="about 1-5 min of training runs: set SCAFFOLD_BENCH_SMOKE=1 to run it",
+)
 def test_cpu_benchmarks_quick(tmp_path):
     out = tmp_path / "cpu.md"
     proc = subprocess.run(

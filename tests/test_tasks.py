@@ -36,7 +36,6 @@ import csv
 import importlib.util
 import json
 import math
-import os
 import random
 import re
 import subprocess
@@ -45,7 +44,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import render_project, run_jobs, run_train
+from conftest import render_project, run_jobs
 from scaffold.catalogue import FEATURES, TASKS
 from scaffold.examples import EXAMPLES
 
@@ -407,7 +406,7 @@ def runs(tmp_path_factory):
                 for name in REAL_PROCESS_CASES}
         results = run_jobs([{"project": project, "args": [*args, "--out-dir", str(out[name])]}
                             for name, (project, args) in jobs.items()], tmp, timeout=1500)
-        real_results = {name: (proc.wait(timeout=600), *proc.communicate()) for name, proc in real.items()}
+        real_results = {name: (*proc.communicate(timeout=600), proc.returncode) for name, proc in real.items()}
     return {"tmp": tmp, "out": out, "data": data, "bad": bad, "torch_home": torch_home,
             "results": dict(zip(jobs, results)), "real": real_results}
 
@@ -515,7 +514,7 @@ def test_bad_data_stops_with_one_line_naming_the_file(runs, name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", REAL_PROCESS_CASES)
 def test_bad_data_as_a_real_process_prints_one_line_and_no_traceback(runs, name):
-    returncode, stdout, stderr = runs["real"][name]
+    _stdout, stderr, returncode = runs["real"][name]
     assert returncode != 0
     assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
     assert stderr.startswith("error: ") and all(needle in stderr for needle in runs["bad"][name][2])

@@ -52,13 +52,13 @@ METRIC_COLUMNS = [
 class Config:
     # data
     data_dir: str = ""  # your data (see README.md); empty: built-in synthetic data
-    synthetic_train_size: int = 2000  # built-in training samples
+    synthetic_train_size: int = 1000  # built-in training samples
     synthetic_val_size: int = 500  # built-in validation samples
     image_size: int = 32  # images are resized to image_size x image_size
     arch: str = "small-cnn"  # or a torchvision model, e.g. resnet18 (random init)
     num_workers: int = 0  # DataLoader worker processes (0: load in this process)
     # optimisation
-    epochs: int = 5  # passes over the training data
+    epochs: int = 3  # passes over the training data
     batch_size: int = 64  # samples per forward pass
     lr: float = 3e-3  # peak learning rate (AdamW)
     weight_decay: float = 0.01  # AdamW decoupled weight decay

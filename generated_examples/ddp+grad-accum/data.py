@@ -101,9 +101,8 @@ def build_datasets(cfg):
             raise ValueError(
                 f"{root / 'val' / name}: class {name!r} has no folder in {root / 'train'}"
             )
-    if (
-        splits["val"].classes != classes
-    ):  # ImageFolder numbers the classes of each split by their sorted names
+    # ImageFolder numbers the classes of each split by their sorted names: they must be the same
+    if splits["val"].classes != classes:
         missing = sorted(set(classes) - set(splits["val"].classes))
         raise ValueError(
             f"{root / 'val'}: no folder for class {missing[0]!r}; val needs the class folders of train"
@@ -112,10 +111,9 @@ def build_datasets(cfg):
 
 
 def check_image(path: str) -> bool:
-    """Called by ImageFolder for every file while it scans the folders: image files are opened once
-    (PIL reads only the header), so a file that is not an image stops the run here with its name,
-    not in the middle of an epoch. Costs about a second per 10,000 files; other files are skipped.
-    """
+    """ImageFolder calls this for every file it finds. Image files are opened once (PIL reads only
+    the header, about a second per 10,000 files), so a file that is not an image stops the run
+    here, with its name, not in the middle of an epoch. Other files are skipped."""
     if not path.lower().endswith(IMG_EXTENSIONS):
         return False  # e.g. .DS_Store or notes.txt
     try:

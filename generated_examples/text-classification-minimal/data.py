@@ -48,43 +48,47 @@ def synthetic_examples(n: int, seed: int, source: str) -> list[tuple[str, str, s
 
 def read_examples(path: Path) -> list[tuple[str, str, str]]:
     """Read (text, label, "file:line") triples; any problem names the file and line."""
+    examples = read_csv(path) if path.suffix == ".csv" else read_jsonl(path)
+    if not examples:
+        raise ValueError(f"{path}: no examples")
+    return examples
+
+
+def read_csv(path: Path) -> list[tuple[str, str, str]]:
     examples = []
     # utf-8-sig: also reads files saved with a byte-order mark (Excel's "CSV UTF-8")
     with open(path, newline="", encoding="utf-8-sig") as f:
-        if path.suffix == ".csv":
-            reader = csv.DictReader(f)
-            if not reader.fieldnames or not {"text", "label"} <= set(reader.fieldnames):
+        reader = csv.DictReader(f)
+        if not reader.fieldnames or not {"text", "label"} <= set(reader.fieldnames):
+            raise ValueError(
+                f"{path}:1: needs a header with columns text and label, got {reader.fieldnames}"
+            )
+        for row in reader:
+            if row["text"] is None or row["label"] in (None, ""):
+                raise ValueError(f"{path}:{reader.line_num}: missing text or label")
+            examples.append((row["text"], row["label"], f"{path}:{reader.line_num}"))
+    return examples
+
+
+def read_jsonl(path: Path) -> list[tuple[str, str, str]]:
+    examples = []
+    with open(path, encoding="utf-8-sig") as f:
+        for line_number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
                 raise ValueError(
-                    f"{path}:1: needs a header with columns text and label, got {reader.fieldnames}"
+                    f"{path}:{line_number}: not valid JSON ({exc.msg})"
+                ) from None
+            if not isinstance(record, dict) or not {"text", "label"} <= record.keys():
+                raise ValueError(
+                    f"{path}:{line_number}: expected a JSON object with keys text and label"
                 )
-            for row in reader:
-                if row["text"] is None or row["label"] in (None, ""):
-                    raise ValueError(f"{path}:{reader.line_num}: missing text or label")
-                examples.append(
-                    (row["text"], row["label"], f"{path}:{reader.line_num}")
-                )
-        else:
-            for line_number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(
-                        f"{path}:{line_number}: not valid JSON ({exc.msg})"
-                    ) from None
-                if (
-                    not isinstance(record, dict)
-                    or not {"text", "label"} <= record.keys()
-                ):
-                    raise ValueError(
-                        f"{path}:{line_number}: expected a JSON object with keys text and label"
-                    )
-                examples.append(
-                    (str(record["text"]), str(record["label"]), f"{path}:{line_number}")
-                )
-    if not examples:
-        raise ValueError(f"{path}: no examples")
+            examples.append(
+                (str(record["text"]), str(record["label"]), f"{path}:{line_number}")
+            )
     return examples
 
 
@@ -114,9 +118,8 @@ def encode(examples, vocab: list[str], labels: list[str], max_length: int):
             raise ValueError(
                 f"{where}: label {label!r} does not occur in the training split"
             )
-        tokens = [ids.get(word, UNK_ID) for word in tokenize(text)[:max_length]] or [
-            UNK_ID
-        ]
+        tokens = [ids.get(word, UNK_ID) for word in tokenize(text)[:max_length]]
+        tokens = tokens or [UNK_ID]  # an empty text becomes one <unk>
         encoded.append((torch.tensor(tokens), label_ids[label]))
     return encoded
 
@@ -126,9 +129,8 @@ def build_datasets(cfg):
     if cfg.data_dir:
         train = read_examples(find_split(Path(cfg.data_dir), "train"))
         val = read_examples(find_split(Path(cfg.data_dir), "val"))
-        classes = sorted(
-            {label for _, label, _ in train}
-        )  # the labels of the training split
+        # the labels that occur in the training split
+        classes = sorted({label for _, label, _ in train})
     else:
         train = synthetic_examples(cfg.synthetic_train_size, 1, "synthetic train")
         val = synthetic_examples(cfg.synthetic_val_size, 2, "synthetic val")

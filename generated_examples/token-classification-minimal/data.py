@@ -70,7 +70,7 @@ def synthetic_sentences(n: int, seed: int) -> list[tuple[list[str], list[str], i
 
 
 def read_conll(path: Path) -> list[tuple[list[str], list[str], int]]:
-    """Read (words, tags, line of the first word) per sentence; a malformed line names the file and line."""
+    """(words, tags, line of the first word) per sentence; a bad line names the file and line."""
     if not path.is_file():
         raise ValueError(
             f"{path}: missing; expected CoNLL files train.txt and val.txt in {path.parent}"
@@ -123,31 +123,23 @@ def encode(
                     f"{source}:{first_line + i}: tag {tag!r} does not occur in the training split"
                 )
         token_ids = [ids.get(word.lower(), UNK_ID) for word in words[:max_length]]
-        encoded.append(
-            (
-                torch.tensor(token_ids),
-                torch.tensor([tag_ids[t] for t in tags[:max_length]]),
-            )
-        )
+        targets = [tag_ids[tag] for tag in tags[:max_length]]
+        encoded.append((torch.tensor(token_ids), torch.tensor(targets)))
     return encoded
 
 
 def build_datasets(cfg):
     """Return (train_set, val_set, data_info); data_info (vocabulary, tags) goes in checkpoints."""
     if cfg.data_dir:
-        train_path, val_path = (
-            Path(cfg.data_dir) / "train.txt",
-            Path(cfg.data_dir) / "val.txt",
-        )
+        train_path = Path(cfg.data_dir, "train.txt")
+        val_path = Path(cfg.data_dir, "val.txt")
         train, val = read_conll(train_path), read_conll(val_path)
-        tag_set = {
-            tag for _, tags, _ in train for tag in tags
-        }  # the tags of the training split
+        # the tags that occur in the training split
+        tag_set = {tag for _, tags, _ in train for tag in tags}
     else:
         train_path, val_path = "synthetic train", "synthetic val"
-        train, val = synthetic_sentences(
-            cfg.synthetic_train_size, 1
-        ), synthetic_sentences(cfg.synthetic_val_size, 2)
+        train = synthetic_sentences(cfg.synthetic_train_size, 1)
+        val = synthetic_sentences(cfg.synthetic_val_size, 2)
         tag_set = {f"{prefix}-{kind}" for kind in ENTITIES for prefix in "BI"}
     vocab = build_vocab(train, cfg.min_word_count)
     tag_names = ["O"] + sorted(tag_set - {"O"})

@@ -1,7 +1,9 @@
-"""Shared helpers for this project's tests. The tests run YOUR train.py, model.py and data.py.
+"""Shared helpers for this project's tests, which run YOUR train.py, model.py and data.py.
 
-Each test calls `train.main([...])` in this process with tiny settings, so an edit that breaks one of the guarantees listed in README.md ("What the tests
-guarantee") fails a test at once. Run them from the project folder: `pytest`, or `pytest -x -q -k NAME`.
+Each test calls `train.main([...])` in this process with tiny settings
+and checks one guarantee of the features this project was generated with; README.md ("What the
+tests guarantee") lists them. An edit that breaks a guarantee fails its test at once. Run them
+from the project folder: `pytest`, or `pytest -x -q -k NAME` for one.
 """
 
 from __future__ import annotations
@@ -13,19 +15,19 @@ import torch
 
 import train
 
-PROJECT = Path(__file__).resolve().parent.parent
-
-# Tiny built-in data on the CPU: each run takes a second or two. A later flag overrides an earlier one.
-TINY = "--device cpu --synthetic-train-size 64 --synthetic-val-size 16 --batch-size 8 --log-every 1".split()
+# Tiny built-in data on the CPU: each run takes a second or two. A later flag overrides an
+# earlier one, so a test adds its own settings after these.
+TINY = ["--device", "cpu", "--batch-size", "8", "--log-every", "1"]
+TINY += ["--synthetic-train-size", "64", "--synthetic-val-size", "16"]
 TINY += ["--image-size", "16"]  # small images: the same code paths, four times faster
 TINY += ["--no-compile"]  # [compile] eager runs, except in test_compile.py
 
-# Tiny models on tiny batches run as fast on one thread, and a busy machine slows them down less.
+# Tiny models on tiny batches run as fast on one thread, and a busy machine slows them less.
 torch.set_num_threads(1)
 
 
 def run_main(out_dir: Path, *args) -> dict:
-    """Your train.main() in this process, with TINY settings and outputs in `out_dir`, then `args`.
+    """Your train.main() in this process: TINY settings, outputs in `out_dir`, then `args`.
     Returns what main returns: the final validation metrics."""
     return train.main([*TINY, "--out-dir", str(out_dir), *map(str, args)])
 
@@ -36,7 +38,7 @@ def load(out_dir: Path, name: str = "final.pt") -> dict:
 
 
 def read_metrics(out_dir: Path) -> tuple[list[dict], list[dict]]:
-    """metrics.csv as (training rows, validation rows); numbers as floats, empty cells left out."""
+    """metrics.csv as (training rows, validation rows): numbers as floats, no empty cells."""
     with open(Path(out_dir) / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     rows = [{k: float(v) for k, v in row.items() if v != ""} for row in rows]
@@ -49,11 +51,3 @@ def assert_bitwise_equal(a: dict, b: dict) -> None:
     different = [name for name in a if not torch.equal(a[name], b[name])]
     message = f"{len(different)} of {len(a)} tensors differ: {different[:3]}"
     assert not different, message
-
-
-def relative_difference(a, b) -> float:
-    """|a - b| / |b| over two tensors, or two state dicts taken as one vector. The same
-    arithmetic in another order (a batch split in two, two processes) gives ~1e-7."""
-    if isinstance(a, dict):
-        a, b = [torch.cat([t.double().flatten() for t in x.values()]) for x in (a, b)]
-    return float((a.double() - b.double()).norm() / b.double().norm().clamp(min=1e-30))

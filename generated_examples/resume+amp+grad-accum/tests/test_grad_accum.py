@@ -1,19 +1,20 @@
 """[grad-accum] K micro-batches of b make the same update as one batch of K*b, and the
 schedule, `step` and the logs count optimizer updates, never micro-batches.
 
-Two runs of your train.main() see the same samples in the same order: one with
---batch-size 8 --grad-accum-steps 4, one with --batch-size 32. 72 samples make 9
-micro-batches of 8 per epoch, so the first run's last window holds one micro-batch and the
-second run's last batch 8 samples: a shorter window must be scaled by its real size too.
-An update is the same when its gradient and its learning rate are; UpdateRecorder records
-both at every optimizer.step().
+Three runs of your train.main() see the same samples in the same order: --batch-size 8
+--grad-accum-steps 4 (the accumulated run), --batch-size 32 (the big-batch run) and
+--batch-size 8 (the micro-batch run). 72 samples make 9 micro-batches of 8 per epoch, so the
+accumulated run's last window holds a single micro-batch: its update must be that
+micro-batch's own, i.e. scaled by the window's real size, not by 4 micro-batches. An update
+is the same when its gradient and its learning rate are; UpdateRecorder records both at
+every optimizer.step().
 
 The learning rate is tiny, so the weights stay where they started and every update's
-gradient is compared at the same weights. ReLU and max-pooling make a gradient jump where
-two values nearly tie; after a few real updates the last bit of float32 rounding, which
-differs between two ways of batching, could decide such a jump and the runs would drift
-apart for reasons that have nothing to do with the loop.
-See batch_independent() in conftest.py for why BatchNorm is kept in eval mode here.
+gradient is compared at the same weights. A ReLU makes a gradient jump where its input
+crosses zero; after a few real updates the last bit of float32 rounding, which differs
+between two ways of batching, could decide such a jump and the runs would drift apart for
+reasons that have nothing to do with the loop. See batch_independent() in conftest.py for
+why BatchNorm is kept in eval mode here.
 """
 
 import pytest
@@ -39,11 +40,13 @@ def runs(tmp_path_factory):
             run_main(tmp / "accumulated", *args, *windows)
         with UpdateRecorder() as one_batch:
             run_main(tmp / "one-batch", *args, "--batch-size", K * B)
-    return tmp, accumulated, one_batch
+        with UpdateRecorder() as micro_batches:
+            run_main(tmp / "micro-batches", *args, "--batch-size", B)
+    return tmp, accumulated, one_batch, micro_batches
 
 
 def test_k_micro_batches_give_the_gradient_of_one_batch_of_k_times_b(runs):
-    _, accumulated, one_batch = runs
+    _, accumulated, one_batch, _ = runs
     assert len(accumulated.grads) == len(one_batch.grads) == 6, "expected 6 updates"
     for update, (a, b) in enumerate(zip(accumulated.grads, one_batch.grads), 1):
         difference = relative_difference(a, b)
@@ -51,8 +54,19 @@ def test_k_micro_batches_give_the_gradient_of_one_batch_of_k_times_b(runs):
         assert difference < FLOAT32_NOISE, message
 
 
+def test_shorter_last_window_is_scaled_by_its_real_size(runs):
+    _, accumulated, _, micro_batches = runs
+    assert len(micro_batches.grads) == 18, "expected 9 updates per epoch"
+    # update 3 (6) of the accumulated run is micro-batch 9 (18) alone
+    for update, micro_batch in ((3, 9), (6, 18)):
+        a, b = accumulated.grads[update - 1], micro_batches.grads[micro_batch - 1]
+        difference = relative_difference(a, b)
+        message = f"update {update}: the gradient differs by {difference:.2e}"
+        assert difference < FLOAT32_NOISE, message
+
+
 def test_schedule_step_and_logs_count_updates_not_micro_batches(runs):
-    tmp, accumulated, one_batch = runs
+    tmp, accumulated, one_batch, _ = runs
     assert accumulated.lrs == one_batch.lrs, "the learning rate of each update differs"
     rows = read_metrics(tmp / "accumulated")[0]
     big_batch_rows = read_metrics(tmp / "one-batch")[0]

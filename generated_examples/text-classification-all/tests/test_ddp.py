@@ -4,8 +4,9 @@ updates as one process with batch 2b, and validation counts every sample once ac
 An update is the same when its gradient and its learning rate are: rank 0 records both at every
 optimizer.step() (tests/ddp_worker.py), and so does the single process. The learning rate is tiny,
 so the weights stay where they started and each update's gradient is compared at the same weights:
-ReLU and max-pooling make a gradient jump where two values nearly tie, and after a few real updates
-float32 rounding, which differs between one and two processes, could decide such a jump.
+a ReLU makes a gradient jump where its input crosses zero, and after a few real updates float32
+rounding, which differs between one and two processes, could decide such a jump. See
+batch_independent() in conftest.py for why dropout is off.
 """
 
 import os
