@@ -81,14 +81,16 @@ def check_description(text: str) -> str:
     """One line of printable text: it is rendered into README.md, never into Python code."""
     import unicodedata
 
-    if not isinstance(text, str) or len(text) > 200 or any(
-        unicodedata.category(c) in ("Cc", "Cs", "Co", "Cn", "Zl", "Zp")
-        or (unicodedata.category(c) == "Cf" and c not in _DESCRIPTION_FORMAT_OK)
-        for c in text
-    ):
-        raise UsageError(
-            "invalid description: use one line of at most 200 printable characters"
+    if (
+        not isinstance(text, str)
+        or len(text) > 200
+        or any(
+            unicodedata.category(c) in ("Cc", "Cs", "Co", "Cn", "Zl", "Zp")
+            or (unicodedata.category(c) == "Cf" and c not in _DESCRIPTION_FORMAT_OK)
+            for c in text
         )
+    ):
+        raise UsageError("invalid description: use one line of at most 200 printable characters")
     if any(d in text for d in _TEMPLATE_DELIMITERS):
         raise UsageError(
             "invalid description: it may not contain template delimiters "
@@ -166,16 +168,17 @@ def _run_copier(dst: Path, answers: Answers) -> None:
     import copier
 
     try:
-        copier.run_copy(
-            str(template_dir()),
-            str(dst),
-            data={**answers.as_data(), "scaffold_version": __version__},
-            defaults=True,
-            overwrite=True,
-            quiet=True,
-            unsafe=False,
-            skip_tasks=True,
-        )
+        with _jinja_code_cache():
+            copier.run_copy(
+                str(template_dir()),
+                str(dst),
+                data={**answers.as_data(), "scaffold_version": __version__},
+                defaults=True,
+                overwrite=True,
+                quiet=True,
+                unsafe=False,
+                skip_tasks=True,
+            )
     except Exception as exc:  # copier raises many types; present them as one line
         raise ScaffoldError(f"rendering the template failed: {exc}") from exc
 
@@ -193,11 +196,17 @@ def _format(path: str, data: bytes) -> bytes:
         return data
     # black is deterministic for a given version and mode, and most files of a render are the same
     # from one render to the next (add feature renders again): keep its output in a small cache.
-    cache = _black_cache_dir()
+    cache = _cache_dir("black")
     key = hashlib.sha256(black_version().encode() + b"\0" + data).hexdigest()
     cached = cache / f"{key}.py" if cache else None
     if cached is not None and cached.is_file():
-        return cached.read_bytes()
+        # The first line holds the hash of the rest: a damaged entry is formatted again.
+        try:
+            digest, _, formatted = cached.read_bytes().partition(b"\n")
+        except OSError:
+            digest, formatted = b"", b""
+        if digest == hashlib.sha256(formatted).hexdigest().encode():
+            return formatted
     import black
 
     source = data.decode()
@@ -208,7 +217,7 @@ def _format(path: str, data: bytes) -> bytes:
     if cached is not None:
         try:
             tmp = cached.with_name(f"{key}.{os.getpid()}.tmp")
-            tmp.write_bytes(formatted)
+            tmp.write_bytes(hashlib.sha256(formatted).hexdigest().encode() + b"\n" + formatted)
             os.replace(tmp, cached)
         except OSError:
             pass  # a cache that cannot be written is no cache, not an error
@@ -216,22 +225,95 @@ def _format(path: str, data: bytes) -> bytes:
 
 
 @lru_cache(maxsize=None)
-def _black_cache_dir() -> Path | None:
-    """$SCAFFOLD_CACHE_DIR, else $XDG_CACHE_HOME/scaffold/black, else ~/.cache/scaffold/black.
-    SCAFFOLD_CACHE_DIR="" turns the cache off."""
+def _cache_dir(kind: str) -> Path | None:
+    """$SCAFFOLD_CACHE_DIR/KIND, else $XDG_CACHE_HOME/scaffold/KIND, else ~/.cache/scaffold/KIND.
+    SCAFFOLD_CACHE_DIR="" turns the caches off."""
     configured = os.environ.get("SCAFFOLD_CACHE_DIR")
     if configured == "":
         return None
     if configured:
-        folder = Path(configured)
+        folder = Path(configured) / kind
     else:
         base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-        folder = Path(base) / "scaffold" / "black"
+        folder = Path(base) / "scaffold" / kind
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:
         return None
     return folder
+
+
+@contextmanager
+def _jinja_code_cache():
+    """Keep the Python code Jinja compiles from templates on disk, as Python keeps .pyc files.
+
+    copier compiles about 200 small templates per render (file names, question defaults and the
+    files themselves), which is a third of `scaffold add feature`'s time. The code Jinja generates
+    depends only on the template source, its name and file name, the environment's syntax options
+    and the jinja2 and Python versions, so those are the key. Only `jinja2.Environment.compile`
+    is wrapped, and only while copier runs.
+    """
+    import marshal
+    import sys
+    import types
+
+    import jinja2
+
+    folder = _cache_dir("jinja")
+    if folder is None:
+        yield
+        return
+    original = jinja2.Environment.compile
+
+    def compile(self, source, name=None, filename=None, raw=False, defer_init=False):
+        if raw or not isinstance(source, str):
+            return original(self, source, name, filename, raw, defer_init)
+        options = (
+            jinja2.__version__,
+            sys.version,
+            type(self).__qualname__,
+            self.block_start_string,
+            self.block_end_string,
+            self.variable_start_string,
+            self.variable_end_string,
+            self.comment_start_string,
+            self.comment_end_string,
+            self.line_statement_prefix,
+            self.line_comment_prefix,
+            self.trim_blocks,
+            self.lstrip_blocks,
+            self.newline_sequence,
+            self.keep_trailing_newline,
+            self.optimized,
+            self.is_async,
+            repr(self.autoescape),
+            tuple(sorted(self.extensions)),
+            name,
+            filename,
+            defer_init,
+        )
+        key = hashlib.sha256(repr(options).encode() + b"\0" + source.encode()).hexdigest()
+        cached = folder / f"{key}.code"
+        try:
+            code = marshal.loads(cached.read_bytes())
+            if isinstance(code, types.CodeType):
+                return code
+        except (OSError, ValueError, EOFError, TypeError):
+            pass  # missing or damaged: compile again
+        code = original(self, source, name, filename, raw, defer_init)
+        try:
+            tmp = cached.with_name(f"{key}.{os.getpid()}.tmp")
+            tmp.write_bytes(marshal.dumps(code))
+            os.replace(tmp, cached)
+        except (OSError, ValueError):
+            pass  # a cache that cannot be written is no cache, not an error
+        return code
+
+    jinja2.Environment.compile = compile
+    try:
+        yield
+    finally:
+        jinja2.Environment.compile = original
 
 
 _TEMPLATE_SYNTAX = re.compile(rb"\{\{|\}\}|\{%|%\}|\{#|#\}")
@@ -327,7 +409,7 @@ def _remove_stale_staging(parent: Path, name: str) -> None:
     for entry in entries:
         if not entry.name.startswith(prefix) or entry.is_symlink() or not entry.is_dir():
             continue
-        pid = entry.name[len(prefix):].split("-", 1)[0]
+        pid = entry.name[len(prefix) :].split("-", 1)[0]
         if pid.isdigit() and not _process_alive(int(pid)):
             shutil.rmtree(entry, ignore_errors=True)
 
@@ -425,8 +507,15 @@ def _read_journal(root: Path, journal: Path) -> list:
             _check_target(root, check_relpath(rel))
             if name is not None and not (isinstance(name, str) and name.isdigit()):
                 raise ValueError("bad entry")
-    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError,
-            ScaffoldError):
+    except (
+        OSError,
+        ValueError,
+        TypeError,
+        KeyError,
+        AttributeError,
+        RecursionError,
+        ScaffoldError,
+    ):
         raise ScaffoldError(
             f"{journal} is damaged, so an interrupted scaffold write cannot be finished: "
             f"delete {JOURNAL_FILE} and {STAGING_DIR}, then check your files (git status)"
@@ -461,9 +550,7 @@ def _check_target(root: Path, rel: str) -> None:
         last = depth == len(parts)
         if path.exists() and (path.is_dir() if last else not path.is_dir()):
             what = "a directory" if last else "a file"
-            raise ScaffoldError(
-                f"cannot write {rel}: {path} is {what}; move it away and run again"
-            )
+            raise ScaffoldError(f"cannot write {rel}: {path} is {what}; move it away and run again")
 
 
 def _copy_mode(rel: str, path: Path) -> None:
