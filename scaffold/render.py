@@ -63,7 +63,9 @@ def black_version() -> str:
 
 def check_name(name: str) -> str:
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        shown = repr(name[:70]) + "..." if isinstance(name, str) and len(name) > 70 else repr(name)
+        shown = repr(name)
+        if len(shown) > 80:  # escapes make the repr of a short name up to 10 times longer
+            shown = shown[:77] + "..."
         raise UsageError(
             f"invalid project name {shown}: use 1-64 letters, digits, '.', '_' or '-', "
             "starting with a letter"

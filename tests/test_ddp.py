@@ -566,15 +566,18 @@ def test_kill9_resume_sigterm_resume_ends_bitwise_equal_to_uninterrupted(runs):
 
 def test_sigterm_to_one_rank_stops_all_ranks_at_the_same_update(runs):
     """SIGTERM reached rank 1 only, inside update 7. The all-reduced stop flag stops rank 0 after the
-    same update: both ranks report update 7, rank 0 saved last.pt at step 7, both workers exit 75
-    (torchrun reports that as a failure), and the next resume continues from step 7 (test above)."""
+    same update: both ranks report update 7, rank 0 saved last.pt at step 7, the workers exit 75
+    (torchrun reports that as a failure), and the next resume continues from step 7 (test above).
+    torchrun sends SIGTERM to the other workers as soon as one exits: a rank that already printed
+    its message (after the save) may be in interpreter teardown, where Python has restored the
+    default handler, and end with -15 instead; the first to exit always reports 75."""
     facts = chain_facts(runs)
     log = facts["sigterm_log"]
     assert facts["sigterm_code"] != 0, log[-3000:]
     assert log.count("step 7: stop signal received") == 2, log[-4000:]
     exit_codes = [line.split(":", 1)[1].split()[0] for line in log.splitlines()
                   if line.strip().startswith("exitcode")]
-    assert exit_codes and set(exit_codes) == {"75"}, log[-3000:]
+    assert "75" in exit_codes and set(exit_codes) <= {"75", "-15"}, log[-3000:]
     assert facts["sigterm_last_step"] == 7
 
 

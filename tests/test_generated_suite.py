@@ -220,7 +220,7 @@ MUTATIONS = {
     ),
     # ddp: the loss is compensated for DDP's averaging over ranks
     "ddp-no-world-size-compensation": Mutation(
-        "all", "train.py", edit_statement("float(denominator)", "/ world_size", ""),
+        "all", "train.py", edit_statement("denominator = total.item()", "/ world_size", ""),
         "test_ddp.py::test_two_ranks_make_the_updates_of_one_process_with_twice_the_batch",
     ),
     # callbacks: on_train_end always runs, last

@@ -1,20 +1,26 @@
 """[callbacks] Plain objects whose methods train.py calls at fixed points of the loop.
 
-A callback is any object with some of these methods (all keyword arguments); a missing method is
-simply not called. train.py calls them in this order:
+A callback is any object with some of these methods (all keyword arguments); a missing
+method is simply not called. train.py calls them in this order:
 
-    on_train_start(cfg, step)            once, before the first update (step > 0 after a resume)
-    on_step_end(step, metrics)           after every optimizer update; metrics has step, epoch,
-                                         lr, train_loss (and samples_per_s on logging steps)
-    on_validation_end(epoch, step, metrics)   after each validation (val_loss, val_acc, ...)
-    on_epoch_end(epoch, step)            after each epoch, after validation
-    on_exception(exc)                    if the loop raises an Exception; it then propagates
-    on_train_end(step)                   always, last, also after an exception
+    on_train_start(cfg, step)
+        once, before the first update (step > 0 after a resume)
+    on_step_end(step, metrics)
+        after every optimizer update; metrics has step, epoch, lr, train_loss (and
+        samples_per_s on logging steps)
+    on_validation_end(epoch, step, metrics)
+        after each validation (val_loss, val_acc, ...)
+    on_epoch_end(epoch, step)
+        after each epoch, after validation
+    on_exception(exc)
+        if the loop raises an Exception; it then propagates
+    on_train_end(step)
+        always, last, also after an exception
 
-on_step_end and on_validation_end may return True to stop training: the loop finishes the current
-update, validates (if it has not just done so), calls on_epoch_end and on_train_end, and writes
-final.pt as at a normal end. To add your own, write a class here and append an instance to
-`callbacks` in train.py:
+on_step_end and on_validation_end may return True to stop training: the loop finishes
+the current update, validates (if it has not just done so), calls on_epoch_end and
+on_train_end, and writes final.pt as at a normal end. To add your own, write a class
+here and append an instance to `callbacks` in train.py:
 
     class PrintEveryHundred:
         def on_step_end(self, step, metrics):
@@ -26,7 +32,8 @@ import time
 
 
 def run_hooks(callbacks: list, hook: str, **kwargs) -> bool:
-    """Call `hook` on each callback that defines it; True if any of them asked to stop."""
+    """Call `hook` on each callback that defines it; True if any of them asked to
+    stop."""
     stop = False
     for callback in callbacks:
         method = getattr(callback, hook, None)
@@ -54,8 +61,9 @@ class ThroughputMonitor:
 
 
 class TimeLimit:
-    """Stops training cleanly (after the current update) once `max_hours` have passed, so a run
-    that must fit a job's time slot still validates and writes final.pt. 0: no limit."""
+    """Stops training cleanly (after the current update) once `max_hours` have passed,
+    so a run that must fit a job's time slot still validates and writes final.pt. 0: no
+    limit."""
 
     def __init__(self, max_hours: float):
         self.max_seconds = max_hours * 3600
@@ -72,8 +80,8 @@ class TimeLimit:
 
 
 class EarlyStopping:
-    """[early-stopping] Stops when `monitor` has not improved by `min_delta` for `patience`
-    validations."""
+    """[early-stopping] Stops when `monitor` has not improved by `min_delta` for
+    `patience` validations."""
 
     def __init__(self, monitor: str, mode: str, patience: int, min_delta: float):
         self.monitor, self.sign = monitor, 1.0 if mode == "min" else -1.0
@@ -88,7 +96,8 @@ class EarlyStopping:
         self.bad_epochs += 1
         if self.bad_epochs >= self.patience:
             print(
-                f"early stopping: {self.monitor} has not improved for {self.patience} epochs"
+                f"early stopping: {self.monitor} has not improved"
+                f" for {self.patience} epochs"
             )
             return True
         return False

@@ -3,7 +3,8 @@
     DATA/train/<class name>/*.png|jpg
     DATA/val/<class name>/*.png|jpg
 
-The class names (folder names) come from DATA/train; DATA/val must have the same folders.
+The class names (folder names) come from DATA/train; DATA/val must have the same
+folders.
 """
 
 from pathlib import Path
@@ -31,8 +32,9 @@ def transforms(image_size: int, train: bool) -> v2.Compose:
 
 
 class SyntheticImages(Dataset):
-    """Coloured stripes, checkerboards and disks with random frequency, phase, position and noise:
-    learnable by a small CNN, generated in memory from a fixed seed (no download)."""
+    """Coloured stripes, checkerboards and disks with random frequency, phase, position
+    and noise: learnable by a small CNN, generated in memory from a fixed seed (no
+    download)."""
 
     def __init__(self, size: int, image_size: int, seed: int, transform):
         g = torch.Generator().manual_seed(seed)
@@ -65,7 +67,8 @@ class SyntheticImages(Dataset):
 
 
 def build_datasets(cfg):
-    """Return (train_set, val_set, data_info); data_info is stored in every checkpoint."""
+    """Return (train_set, val_set, data_info); data_info is stored in every
+    checkpoint."""
     if not cfg.data_dir:
         train_set = SyntheticImages(
             cfg.synthetic_train_size,
@@ -83,7 +86,8 @@ def build_datasets(cfg):
         folder = root / split
         if not folder.is_dir():
             raise ValueError(
-                f"{folder}: missing; expected {root}/train/<class>/*.png and {root}/val/<class>/*.png"
+                f"{folder}: missing; expected {root}/train/<class>/*.png"
+                f" and {root}/val/<class>/*.png"
             )
         try:
             transform = transforms(cfg.image_size, split == "train")
@@ -99,21 +103,25 @@ def build_datasets(cfg):
     for name in splits["val"].classes:
         if name not in classes:
             raise ValueError(
-                f"{root / 'val' / name}: class {name!r} has no folder in {root / 'train'}"
+                f"{root / 'val' / name}: class {name!r}"
+                f" has no folder in {root / 'train'}"
             )
-    # ImageFolder numbers the classes of each split by their sorted names: they must be the same
+    # ImageFolder numbers the classes of each split by their sorted names:
+    # they must be the same
     if splits["val"].classes != classes:
         missing = sorted(set(classes) - set(splits["val"].classes))
         raise ValueError(
-            f"{root / 'val'}: no folder for class {missing[0]!r}; val needs the class folders of train"
+            f"{root / 'val'}: no folder for class {missing[0]!r};"
+            " val needs the class folders of train"
         )
     return splits["train"], splits["val"], {"classes": classes}
 
 
 def check_image(path: str) -> bool:
-    """ImageFolder calls this for every file it finds. Image files are opened once (PIL reads only
-    the header, about a second per 10,000 files), so a file that is not an image stops the run
-    here, with its name, not in the middle of an epoch. Other files are skipped."""
+    """ImageFolder calls this for every file it finds. Image files are opened once (PIL
+    reads only the header, about a second per 10,000 files), so a file that is not an
+    image stops the run here, with its name, not in the middle of an epoch. Other files
+    are skipped."""
     if not path.lower().endswith(IMG_EXTENSIONS):
         return False  # e.g. .DS_Store or notes.txt
     try:
@@ -124,7 +132,8 @@ def check_image(path: str) -> bool:
 
 
 def load_image(path: str):
-    """Decode an image as RGB (grayscale and RGBA files too); a damaged file names itself."""
+    """Decode an image as RGB (grayscale and RGBA files too); a damaged file names
+    itself."""
     try:
         with Image.open(path) as image:
             return image.convert("RGB")

@@ -1,11 +1,13 @@
-"""The model: a small CNN by default, or any torchvision classifier with random weights."""
+"""The model: a small CNN by default, or any torchvision classifier with random
+weights."""
 
 import torch
 from torch import nn
 
 
 class SmallCNN(nn.Module):
-    """Three conv blocks and a linear head; trains on 32x32 images on a CPU in seconds."""
+    """Three conv blocks and a linear head; trains on 32x32 images on a CPU in
+    seconds."""
 
     def __init__(self, num_classes: int, width: int = 32):
         super().__init__()
@@ -37,7 +39,8 @@ def build_model(cfg, data_info: dict) -> nn.Module:
 
     if cfg.arch not in torchvision.models.list_models(torchvision.models):
         raise SystemExit(
-            f"error: --arch {cfg.arch!r} is not small-cnn or a torchvision classifier (e.g. resnet18)"
+            f"error: --arch {cfg.arch!r} is not small-cnn"
+            " or a torchvision classifier (e.g. resnet18)"
         )
     # weights=None: random initialisation, nothing is downloaded
     return torchvision.models.get_model(cfg.arch, weights=None, num_classes=num_classes)

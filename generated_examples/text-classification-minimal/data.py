@@ -1,10 +1,11 @@
-"""Data: built-in synthetic sentences, or your CSV/JSONL files with `text` and `label` fields.
+"""Data: built-in synthetic sentences, or your CSV/JSONL files with `text` and `label`
+fields.
 
     DATA/train.csv   (or train.jsonl)   columns/keys: text, label
     DATA/val.csv     (or val.jsonl)
 
-The vocabulary (words of the training split) and the label names are stored in every checkpoint,
-so evaluation and resume use the same ids.
+The vocabulary (words of the training split) and the label names are stored in every
+checkpoint, so evaluating a checkpoint uses the same ids.
 """
 
 import csv
@@ -24,7 +25,9 @@ TOPICS = {
     "food": "recipe bread sauce cheese dinner spicy oven garlic soup dessert",
     "travel": "flight hotel beach passport journey island museum train luggage tour",
 }
-FILLER = "the a of and to in it is was on for with as at by this that we they very some".split()
+FILLER = (
+    "the a of and to in it is was on for with as at by this that we they very some"
+).split()
 
 
 def tokenize(text: str) -> list[str]:
@@ -32,7 +35,8 @@ def tokenize(text: str) -> list[str]:
 
 
 def synthetic_examples(n: int, seed: int, source: str) -> list[tuple[str, str, str]]:
-    """Sentences of filler words with a few words of one topic; the topic is the label."""
+    """Sentences of filler words with a few words of one topic; the topic is the
+    label."""
     rng = random.Random(seed)
     labels = sorted(TOPICS)
     examples = []
@@ -61,7 +65,8 @@ def read_csv(path: Path) -> list[tuple[str, str, str]]:
         reader = csv.DictReader(f)
         if not reader.fieldnames or not {"text", "label"} <= set(reader.fieldnames):
             raise ValueError(
-                f"{path}:1: needs a header with columns text and label, got {reader.fieldnames}"
+                f"{path}:1: needs a header with columns text and label,"
+                f" got {reader.fieldnames}"
             )
         for row in reader:
             if row["text"] is None or row["label"] in (None, ""):
@@ -84,7 +89,8 @@ def read_jsonl(path: Path) -> list[tuple[str, str, str]]:
                 ) from None
             if not isinstance(record, dict) or not {"text", "label"} <= record.keys():
                 raise ValueError(
-                    f"{path}:{line_number}: expected a JSON object with keys text and label"
+                    f"{path}:{line_number}:"
+                    " expected a JSON object with keys text and label"
                 )
             examples.append(
                 (str(record["text"]), str(record["label"]), f"{path}:{line_number}")
@@ -125,7 +131,8 @@ def encode(examples, vocab: list[str], labels: list[str], max_length: int):
 
 
 def build_datasets(cfg):
-    """Return (train_set, val_set, data_info); data_info (vocabulary, classes) goes in checkpoints."""
+    """Return (train_set, val_set, data_info); data_info (vocabulary, classes) goes in
+    checkpoints."""
     if cfg.data_dir:
         train = read_examples(find_split(Path(cfg.data_dir), "train"))
         val = read_examples(find_split(Path(cfg.data_dir), "val"))

@@ -1,4 +1,5 @@
-"""The model: word embeddings, a transformer encoder, masked mean pooling and a linear classifier."""
+"""The model: word embeddings, a transformer encoder, masked mean pooling and a
+linear classifier."""
 
 import torch
 from torch import nn
@@ -38,7 +39,8 @@ class TextClassifier(nn.Module):
         hidden = self.encoder(
             self.embed(token_ids) + self.position(positions), src_key_padding_mask=~mask
         )
-        # masked mean pooling: padding contributes nothing, whatever the batch's padded length
+        # masked mean pooling: padding contributes nothing, whatever the batch's
+        # padded length
         mask = mask.unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
         return self.head(pooled)

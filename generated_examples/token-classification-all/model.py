@@ -1,4 +1,5 @@
-"""The model: word embeddings, a transformer encoder and a linear tag classifier per token."""
+"""The model: word embeddings, a transformer encoder and a linear tag classifier
+per token."""
 
 import torch
 from torch import nn
@@ -38,9 +39,8 @@ class TokenTagger(nn.Module):
         hidden = self.encoder(
             self.embed(token_ids) + self.position(positions), src_key_padding_mask=~mask
         )
-        return self.head(
-            hidden
-        )  # one score per tag for every token; padding is ignored by the loss
+        # one score per tag for every token; padding is ignored by the loss
+        return self.head(hidden)
 
 
 def build_model(cfg, data_info: dict) -> nn.Module:

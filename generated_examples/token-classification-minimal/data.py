@@ -1,10 +1,12 @@
-"""Data: built-in synthetic sentences, or your CoNLL files (sequence labelling with BIO tags).
+"""Data: built-in synthetic sentences, or your CoNLL files (sequence labelling with BIO
+tags).
 
     DATA/train.txt   one "token tag" per line (extra middle columns are ignored),
     DATA/val.txt     a blank line between sentences, -DOCSTART- lines skipped
 
-The vocabulary and the tag names are stored in every checkpoint, so evaluation and resume use the
-same ids. Padding gets the tag IGNORE_INDEX, which the loss and the metrics skip.
+The vocabulary and the tag names are stored in every checkpoint, so evaluating a
+checkpoint uses the same ids. Padding gets the tag IGNORE_INDEX, which the loss and the
+metrics skip.
 """
 
 import random
@@ -15,9 +17,8 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 PAD_ID, UNK_ID = 0, 1
-IGNORE_INDEX = (
-    -100
-)  # the tag of padding positions: cross_entropy and the metrics skip it
+# the tag of padding positions: cross_entropy and the metrics skip it
+IGNORE_INDEX = -100
 ENTITIES = {
     "PER": [
         "alice",
@@ -48,11 +49,15 @@ ENTITIES = {
         "umbrella group",
     ],
 }
-FILLER = "the a met visited in at from with and said today yesterday joined left for to of near".split()
+FILLER = (
+    "the a met visited in at from with and said today yesterday joined left"
+    " for to of near"
+).split()
 
 
 def synthetic_sentences(n: int, seed: int) -> list[tuple[list[str], list[str], int]]:
-    """Filler words with one to three entities; sentence lengths vary widely (2 to 42 words)."""
+    """Filler words with one to three entities; sentence lengths vary widely (2 to 42
+    words)."""
     rng = random.Random(seed)
     sentences = []
     for _ in range(n):
@@ -70,10 +75,12 @@ def synthetic_sentences(n: int, seed: int) -> list[tuple[list[str], list[str], i
 
 
 def read_conll(path: Path) -> list[tuple[list[str], list[str], int]]:
-    """(words, tags, line of the first word) per sentence; a bad line names the file and line."""
+    """(words, tags, line of the first word) per sentence; a bad line names the file and
+    line."""
     if not path.is_file():
         raise ValueError(
-            f"{path}: missing; expected CoNLL files train.txt and val.txt in {path.parent}"
+            f"{path}: missing;"
+            f" expected CoNLL files train.txt and val.txt in {path.parent}"
         )
     sentences, words, tags = [], [], []
     with open(path, encoding="utf-8") as f:
@@ -120,7 +127,8 @@ def encode(
         for i, tag in enumerate(tags):
             if tag not in tag_ids:
                 raise ValueError(
-                    f"{source}:{first_line + i}: tag {tag!r} does not occur in the training split"
+                    f"{source}:{first_line + i}: tag {tag!r}"
+                    " does not occur in the training split"
                 )
         token_ids = [ids.get(word.lower(), UNK_ID) for word in words[:max_length]]
         targets = [tag_ids[tag] for tag in tags[:max_length]]
@@ -129,7 +137,8 @@ def encode(
 
 
 def build_datasets(cfg):
-    """Return (train_set, val_set, data_info); data_info (vocabulary, tags) goes in checkpoints."""
+    """Return (train_set, val_set, data_info); data_info (vocabulary, tags) goes in
+    checkpoints."""
     if cfg.data_dir:
         train_path = Path(cfg.data_dir, "train.txt")
         val_path = Path(cfg.data_dir, "val.txt")
@@ -149,7 +158,8 @@ def build_datasets(cfg):
 
 
 def collate(batch):
-    """Pad to the longest sentence of the batch: ids with PAD_ID, tags with IGNORE_INDEX."""
+    """Pad to the longest sentence of the batch: ids with PAD_ID, tags with
+    IGNORE_INDEX."""
     tokens, tags = zip(*batch)
     return (
         pad_sequence(tokens, batch_first=True, padding_value=PAD_ID),
@@ -158,8 +168,9 @@ def collate(batch):
 
 
 def entity_spans(tags: list[str]) -> set[tuple[str, int, int]]:
-    """(type, start, end) of each entity in a BIO sequence, as seqeval's default mode reads it:
-    an entity starts at B-X, or at an I-X that does not continue an X entity."""
+    """(type, start, end) of each entity in a BIO sequence, as seqeval's default mode
+    reads it: an entity starts at B-X, or at an I-X that does not continue an X
+    entity."""
     spans, start, kind = set(), None, None
     for i, tag in enumerate(list(tags) + ["O"]):
         prefix, _, label = tag.partition("-")
@@ -174,7 +185,8 @@ def entity_spans(tags: list[str]) -> set[tuple[str, int, int]]:
 def count_entities(
     predictions: torch.Tensor, targets: torch.Tensor, tag_names: list[str]
 ):
-    """(true positives, predicted entities, gold entities) over a batch, for entity-level F1."""
+    """(true positives, predicted entities, gold entities) over a batch, for
+    entity-level F1."""
     tp = n_pred = n_gold = 0
     for predicted, gold in zip(predictions.tolist(), targets.tolist()):
         real = [i for i, t in enumerate(gold) if t != IGNORE_INDEX]

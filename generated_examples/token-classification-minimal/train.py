@@ -76,7 +76,7 @@ class Config:
     log_every: int = 10  # log training metrics every N optimizer updates
 
     def __post_init__(self):
-        # Checked before anything is built, so a bad flag costs nothing; each message names the flag.
+        # Checked before anything is built, so a bad flag costs nothing.
         for name, value in vars(self).items():
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"{flag(name)} must be a finite number, got {value}")
@@ -116,7 +116,7 @@ class Config:
             )
         if self.data_dir and not Path(self.data_dir).is_dir():
             raise ValueError(f"--data-dir {self.data_dir!r} is not a directory")
-        # the nearest existing folder on the way to --out-dir (created later) must not be a file
+        # the nearest existing folder on the way to --out-dir must not be a file
         existing = next(
             p for p in (Path(self.out_dir), *Path(self.out_dir).parents) if p.exists()
         )
@@ -128,7 +128,8 @@ class Config:
             raise ValueError(f"--seed must be in [0, 2**63), got {self.seed}")
         if self.embed_dim % self.num_heads:
             raise ValueError(
-                f"--embed-dim ({self.embed_dim}) must be divisible by --num-heads ({self.num_heads})"
+                f"--embed-dim ({self.embed_dim}) must be divisible by "
+                f"--num-heads ({self.num_heads})"
             )
         if not 0 <= self.dropout < 1:
             raise ValueError(f"--dropout must be in [0, 1), got {self.dropout}")
@@ -186,15 +187,17 @@ def select_device(name: str) -> torch.device:
                 f"error: --device {name} but CUDA is not available; use --device cpu"
             )
         if device.index is not None and device.index >= torch.cuda.device_count():
+            count = torch.cuda.device_count()
             sys.exit(
-                f"error: --device {name} but there are {torch.cuda.device_count()} GPUs; use --device cuda:0"
+                f"error: --device {name} but there are {count} GPUs; "
+                "use --device cuda:0"
             )
         torch.cuda.set_device(device)
     return device
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
-    """Multiplier of the peak lr for optimizer update `step` (0-based): linear warmup, cosine decay."""
+    """The peak lr's factor at update `step` (from 0): linear warmup, cosine decay."""
     if step < warmup_steps:
         return (step + 1) / warmup_steps
     progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
@@ -203,11 +206,10 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
 
 @torch.no_grad()
 def evaluate(model, loader, device, tag_names) -> dict:
-    """Loss and accuracy over the whole validation set: sums first, one division at the end."""
+    """Loss and accuracy over the whole validation set: sums first, divided once."""
     model.eval()
-    totals = torch.zeros(
-        6, dtype=torch.float64, device=device
-    )  # loss, correct, tokens, tp, pred, gold
+    # loss, correct, tokens, true positive entities, predicted entities, gold entities
+    totals = torch.zeros(6, dtype=torch.float64, device=device)
     for inputs, targets in loader:
         inputs, targets = inputs.to(device), targets.to(device)
         logits = model(inputs)
@@ -220,18 +222,9 @@ def evaluate(model, loader, device, tag_names) -> dict:
             reduction="sum",
         )
         tp, n_pred, n_gold = count_entities(predictions, targets, tag_names)
-        totals += torch.tensor(
-            [
-                loss.item(),
-                (predictions == targets)[real].sum().item(),
-                real.sum().item(),
-                tp,
-                n_pred,
-                n_gold,
-            ],
-            dtype=torch.float64,
-            device=device,
-        )
+        correct = (predictions == targets)[real].sum().item()
+        counts = [loss.item(), correct, real.sum().item(), tp, n_pred, n_gold]
+        totals += torch.tensor(counts, dtype=torch.float64, device=device)
     model.train()
     loss, correct, count, tp, n_pred, n_gold = totals.tolist()
     f1 = 2 * tp / (n_pred + n_gold) if n_pred + n_gold else 0.0
@@ -239,7 +232,7 @@ def evaluate(model, loader, device, tag_names) -> dict:
 
 
 def log_metrics(row: dict, csv_path: Path) -> None:
-    """Print a row and append it to metrics.csv (fixed columns, empty where not measured)."""
+    """Print a row and append it to metrics.csv (fixed columns; empty: not measured)."""
     tqdm.write(
         "  ".join(
             f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
@@ -255,7 +248,7 @@ def log_metrics(row: dict, csv_path: Path) -> None:
 
 
 def save_weights(path: Path, model, cfg: Config, data_info: dict, **extra) -> None:
-    """best.pt / final.pt: weights and config, loadable with torch.load(path, weights_only=True)."""
+    """best.pt, final.pt: weights and config (torch.load with weights_only=True)."""
     torch.save(
         {
             "model": model.state_dict(),
@@ -291,8 +284,8 @@ def main(argv: list[str] | None = None) -> dict:
         sys.exit(f"error: {exc}")
     tag_names = data_info["tags"]
     batches_per_epoch = math.ceil(len(train_set) / cfg.batch_size)
-    # Loaders get their own generators: starting one never draws from the global RNG, so an
-    # extra validation (or a resumed run) leaves the training's random numbers untouched.
+    # Loaders get their own generators: starting one never draws from the global RNG, so
+    # the validation passes leave the training's random numbers untouched.
     val_loader = DataLoader(
         val_set,
         batch_size=cfg.batch_size,
@@ -314,42 +307,39 @@ def main(argv: list[str] | None = None) -> dict:
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_factor(s, cfg.warmup_steps, total_steps)
     )
+    parameters = sum(p.numel() for p in raw_model.parameters())
     print(
-        f"{sum(p.numel() for p in raw_model.parameters()):,} parameters; {len(train_set):,} training samples; {total_steps} optimizer updates"
+        f"{parameters:,} parameters; {len(train_set):,} training samples; "
+        f"{total_steps} optimizer updates"
     )
 
-    step = 0  # optimizer updates so far: the schedule, --max-steps, logging and checkpoints count these
-    start_epoch, batches_done = (
-        0,
-        0,
-    )  # batches_done: micro-batches already trained on in start_epoch
+    # optimizer updates so far: the schedule, --max-steps and logging count these
+    step = 0
     best_score = None  # lowest validation score so far (see below)
 
     # --- training loop ---
     metrics_path = out_dir / "metrics.csv"
-    # The DataLoader gets its own generator, so starting a loader never draws from the global RNG
-    # (a resumed run and an uninterrupted one must draw the same numbers).
     loader_generator = torch.Generator().manual_seed(cfg.seed)
     progress = tqdm(
-        total=total_steps, initial=step, unit="step", disable=not sys.stdout.isatty()
+        total=total_steps,
+        unit="step",
+        disable=not sys.stdout.isatty(),
     )
     samples_since_log, log_time = 0, time.perf_counter()
-    stop = step >= total_steps
+    stop = False
     metrics = {}
     try:
-        for epoch in range(start_epoch, cfg.epochs):
+        for epoch in range(cfg.epochs):
             if stop:
                 break
             model.train()
-            # The order depends only on (seed, epoch), so a resumed run sees the same order.
-            order = torch.randperm(
-                len(train_set),
-                generator=torch.Generator().manual_seed(cfg.seed + epoch),
-            ).tolist()
+            # A generator per epoch: the order depends only on (seed, epoch).
+            epoch_generator = torch.Generator().manual_seed(cfg.seed + epoch)
+            order = torch.randperm(len(train_set), generator=epoch_generator).tolist()
             loader = DataLoader(
                 train_set,
                 batch_size=cfg.batch_size,
-                sampler=order[batches_done * cfg.batch_size :],
+                sampler=order,
                 num_workers=cfg.num_workers,
                 generator=loader_generator,
                 collate_fn=collate,
@@ -362,11 +352,11 @@ def main(argv: list[str] | None = None) -> dict:
                 )
                 loss.backward()
                 samples_since_log += len(inputs)
-                batches_done += 1
                 train_loss = loss.item()
                 if not math.isfinite(train_loss):
                     raise FloatingPointError(
-                        f"train loss is {train_loss} at step {step + 1}: lower --lr, or check the data"
+                        f"train loss is {train_loss} at step {step + 1}: "
+                        "lower --lr, or check the data"
                     )
 
                 if cfg.max_grad_norm > 0:
@@ -392,13 +382,11 @@ def main(argv: list[str] | None = None) -> dict:
                     )
                     log_metrics(row, metrics_path)
                     samples_since_log, log_time = 0, time.perf_counter()
-                if stop or step >= total_steps:
+                if step >= total_steps:
                     stop = True
                     break
 
             # --- validation, once per epoch ---
-            epoch_finished = batches_done == batches_per_epoch
-            batches_done = 0 if epoch_finished else batches_done
             metrics = evaluate(raw_model, val_loader, device, tag_names)
             log_metrics({"step": step, "epoch": epoch + 1, **metrics}, metrics_path)
             score = metrics["val_loss"]  # lower is better
@@ -416,9 +404,8 @@ def main(argv: list[str] | None = None) -> dict:
         progress.close()
 
     save_weights(out_dir / "final.pt", raw_model, cfg, data_info, step=step)
-    print(
-        f"done: {step} updates; final {', '.join(f'{k} {v:.4f}' for k, v in metrics.items())}; outputs in {out_dir}"
-    )
+    final = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+    print(f"done: {step} updates; final {final}; outputs in {out_dir}")
     return metrics
 
 

@@ -1,6 +1,6 @@
 """[amp] fp16 with a GradScaler trains; an update the scaler skips moves neither the
-schedule nor `step`; gradients are unscaled before they are clipped. fp16 autocast and the
-GradScaler run on the CPU too, so these tests need no GPU."""
+schedule nor `step`; gradients are unscaled before they are clipped. fp16 autocast and
+the GradScaler run on the CPU too, so these tests need no GPU."""
 
 import math
 
@@ -66,8 +66,9 @@ def test_skipped_fp16_update_leaves_schedule_and_step_unmoved(tmp_path, monkeypa
 
 @pytest.mark.parametrize("precision", ["fp16", "fp32"])
 def test_clipping_acts_on_unscaled_gradients(tmp_path, precision):
-    # The true gradient norms here are far above 0.01, so every update is clipped to norm
-    # 0.01. Clipping the scaled gradients instead leaves 0.01 / loss scale (about 1.5e-7).
+    # The true gradient norms here are far above 0.01, so every update is clipped to
+    # norm 0.01. Clipping the scaled gradients instead leaves 0.01 / loss scale (about
+    # 1.5e-7).
     max_norm = 0.01
     args = ["--precision", precision, "--max-steps", 3, "--max-grad-norm", max_norm]
     with UpdateRecorder() as updates:

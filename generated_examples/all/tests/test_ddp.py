@@ -1,12 +1,15 @@
-"""[ddp] Two processes (gloo on the CPU, started by a real torchrun) with batch b make the same
-updates as one process with batch 2b, and validation counts every sample once across ranks.
+"""[ddp] Two processes (gloo on the CPU, started by a real torchrun) with batch b make
+the same updates as one process with batch 2b, and validation counts every sample once
+across ranks.
 
-An update is the same when its gradient and its learning rate are: rank 0 records both at every
-optimizer.step() (tests/ddp_worker.py), and so does the single process. The learning rate is tiny,
-so the weights stay where they started and each update's gradient is compared at the same weights:
-a ReLU makes a gradient jump where its input crosses zero, and after a few real updates float32
-rounding, which differs between one and two processes, could decide such a jump. See
-batch_independent() in conftest.py for why BatchNorm is kept in eval mode and augmentation off.
+An update is the same when its gradient and its learning rate are: rank 0 records both
+at every optimizer.step() (tests/ddp_worker.py), and so does the single process. The
+learning rate is tiny, so the weights stay where they started and each update's
+gradient is compared at the same weights: a ReLU makes a gradient jump where its input
+crosses zero, and after a few real updates float32 rounding, which differs between one
+and two processes, could decide such a jump. See
+batch_independent() in conftest.py for why BatchNorm is kept in eval mode and
+augmentation off.
 """
 
 import os

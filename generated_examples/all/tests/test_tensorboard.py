@@ -1,5 +1,5 @@
-"""[tensorboard] The event files under <out-dir>/tb hold the numbers of metrics.csv, with
-the optimizer update as the global step, and the config as text."""
+"""[tensorboard] The event files under <out-dir>/tb hold the numbers of metrics.csv,
+with the optimizer update as the global step, and the config as text."""
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -1,9 +1,10 @@
-"""Shared helpers for this project's tests, which run YOUR train.py, model.py and data.py.
+"""Shared helpers for this project's tests, which run YOUR train.py, model.py and
+data.py.
 
 Each test calls `train.main([...])` in this process with tiny settings
-and checks one guarantee of the features this project was generated with; README.md ("What the
-tests guarantee") lists them. An edit that breaks a guarantee fails its test at once. Run them
-from the project folder: `pytest`, or `pytest -x -q -k NAME` for one.
+and checks one guarantee of the features this project was generated with; README.md
+("What the tests guarantee") lists them. An edit that breaks a guarantee fails its test
+at once. Run them from the project folder: `pytest`, or `pytest -x -q -k NAME` for one.
 """
 
 from __future__ import annotations
@@ -16,19 +17,20 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 import train
 
-# Tiny built-in data on the CPU: each run takes a second or two. A later flag overrides an
-# earlier one, so a test adds its own settings after these.
+# Tiny built-in data on the CPU: each run takes a second or two. A later flag overrides
+# an earlier one, so a test adds its own settings after these.
 TINY = ["--device", "cpu", "--batch-size", "8", "--log-every", "1"]
 TINY += ["--synthetic-train-size", "64", "--synthetic-val-size", "16"]
 TINY += ["--image-size", "16"]  # small images: the same code paths, four times faster
 
-# Tiny models on tiny batches run as fast on one thread, and a busy machine slows them less.
+# Tiny models on tiny batches run as fast on one thread, and a busy machine slows them
+# less.
 torch.set_num_threads(1)
 
 
 def run_main(out_dir: Path, *args) -> dict:
-    """Your train.main() in this process: TINY settings, outputs in `out_dir`, then `args`.
-    Returns what main returns: the final validation metrics."""
+    """Your train.main() in this process: TINY settings, outputs in `out_dir`, then
+    `args`. Returns what main returns: the final validation metrics."""
     return train.main([*TINY, "--out-dir", str(out_dir), *map(str, args)])
 
 
@@ -38,7 +40,8 @@ def load(out_dir: Path, name: str = "final.pt") -> dict:
 
 
 def read_metrics(out_dir: Path) -> tuple[list[dict], list[dict]]:
-    """metrics.csv as (training rows, validation rows): numbers as floats, no empty cells."""
+    """metrics.csv as (training rows, validation rows): numbers as floats, no empty
+    cells."""
     with open(Path(out_dir) / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     rows = [{k: float(v) for k, v in row.items() if v != ""} for row in rows]
@@ -62,9 +65,9 @@ def relative_difference(a, b) -> float:
 
 
 class UpdateRecorder:
-    """Watches every optimizer.step() while active: the gradient the update applies (all parameters
-    as one float32 vector, after clipping and unscaling) and its learning rate.
-    `on_update(n)` is called just before the n-th update (1-based)."""
+    """Watches every optimizer.step() while active: the gradient the update applies (all
+    parameters as one float32 vector, after clipping and unscaling) and its learning
+    rate. `on_update(n)` is called just before the n-th update (1-based)."""
 
     def __init__(self, on_update=None):
         self.on_update = on_update
@@ -87,13 +90,14 @@ class UpdateRecorder:
 
 
 def batch_independent(patch) -> list[str]:
-    """Make each sample's loss depend on that sample alone, so that two ways of batching the same
-    samples can be compared exactly. `patch` is monkeypatch.setattr (or setattr); returns extra flags.
+    """Make each sample's loss depend on that sample alone, so that two ways of batching
+    the same samples can be compared exactly. `patch` is monkeypatch.setattr (or
+    setattr); returns extra flags.
 
-    BatchNorm in training mode normalises every sample with the statistics of its whole batch: one
-    batch of 2b and two batches of b are then different computations, whatever the loop does. Here
-    the BatchNorm layers stay in eval mode (fixed statistics); every other layer and the whole loop
-    run as written.
+    BatchNorm in training mode normalises every sample with the statistics of its whole
+    batch: one batch of 2b and two batches of b are then different computations,
+    whatever the loop does. Here the BatchNorm layers stay in eval mode (fixed
+    statistics); every other layer and the whole loop run as written.
     """
     build_model = train.build_model
 

@@ -3,18 +3,18 @@ schedule, `step` and the logs count optimizer updates, never micro-batches.
 
 Three runs of your train.main() see the same samples in the same order: --batch-size 8
 --grad-accum-steps 4 (the accumulated run), --batch-size 32 (the big-batch run) and
---batch-size 8 (the micro-batch run). 72 samples make 9 micro-batches of 8 per epoch, so the
-accumulated run's last window holds a single micro-batch: its update must be that
-micro-batch's own, i.e. scaled by the window's real size, not by 4 micro-batches. An update
-is the same when its gradient and its learning rate are; UpdateRecorder records both at
-every optimizer.step().
+--batch-size 8 (the micro-batch run). 72 samples make 9 micro-batches of 8 per epoch, so
+the accumulated run's last window holds a single micro-batch: its update must be that
+micro-batch's own, i.e. scaled by the window's real size, not by 4 micro-batches. An
+update is the same when its gradient and its learning rate are; UpdateRecorder records
+both at every optimizer.step().
 
 The learning rate is tiny, so the weights stay where they started and every update's
 gradient is compared at the same weights. A ReLU makes a gradient jump where its input
 crosses zero; after a few real updates the last bit of float32 rounding, which differs
-between two ways of batching, could decide such a jump and the runs would drift apart for
-reasons that have nothing to do with the loop. See batch_independent() in conftest.py for
-why BatchNorm is kept in eval mode here.
+between two ways of batching, could decide such a jump and the runs would drift apart
+for reasons that have nothing to do with the loop. See
+batch_independent() in conftest.py for why BatchNorm is kept in eval mode here.
 """
 
 import pytest

@@ -14,7 +14,8 @@ HOOKS += ["on_exception", "on_train_end"]
 
 
 class Recorder:
-    """Records (hook, arguments) of every hook call; can stop, or raise, at a given step."""
+    """Records (hook, arguments) of every hook call; can stop, or raise, at a given
+    step."""
 
     def __init__(self, stop_at_step=None, raise_at_step=None):
         self.calls = []

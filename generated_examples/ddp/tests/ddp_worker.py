@@ -1,14 +1,16 @@
-"""[ddp] What test_ddp.py starts on each rank under torchrun: your train.main(), with the gradient
-and lr of every update saved by rank 0 (after DDP's all-reduce every rank holds the same gradient).
+"""[ddp] What test_ddp.py starts on each rank under torchrun: your train.main(), with
+the gradient and lr of every update saved by rank 0 (after DDP's all-reduce every rank
+holds the same gradient).
 
-    python -m torch.distributed.run --nproc-per-node 2 tests/ddp_worker.py UPDATES.pt [FLAGS...]
+    torchrun --nproc-per-node 2 tests/ddp_worker.py UPDATES.pt [FLAGS...]
 """
 
 import os
 import sys
 from pathlib import Path
 
-# the project folder first, so train.py, model.py and data.py import as for `python train.py`
+# the project folder first, so train.py, model.py and data.py import as for
+# `python train.py`
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402

@@ -1,9 +1,10 @@
-"""Shared helpers for this project's tests, which run YOUR train.py, model.py and data.py.
+"""Shared helpers for this project's tests, which run YOUR train.py, model.py and
+data.py.
 
 Each test calls `train.main([...])` in this process with tiny settings
-and checks one guarantee of the features this project was generated with; README.md ("What the
-tests guarantee") lists them. An edit that breaks a guarantee fails its test at once. Run them
-from the project folder: `pytest`, or `pytest -x -q -k NAME` for one.
+and checks one guarantee of the features this project was generated with; README.md
+("What the tests guarantee") lists them. An edit that breaks a guarantee fails its test
+at once. Run them from the project folder: `pytest`, or `pytest -x -q -k NAME` for one.
 """
 
 from __future__ import annotations
@@ -15,21 +16,22 @@ import torch
 
 import train
 
-# Tiny built-in data on the CPU: each run takes a second or two. A later flag overrides an
-# earlier one, so a test adds its own settings after these.
+# Tiny built-in data on the CPU: each run takes a second or two. A later flag overrides
+# an earlier one, so a test adds its own settings after these.
 TINY = ["--device", "cpu", "--batch-size", "8", "--log-every", "1"]
 TINY += ["--synthetic-train-size", "64", "--synthetic-val-size", "16"]
 TINY += ["--image-size", "16"]  # small images: the same code paths, four times faster
 # [early-stopping] no run stops early, except in test_early_stopping.py
 TINY += ["--patience", "1000"]
 
-# Tiny models on tiny batches run as fast on one thread, and a busy machine slows them less.
+# Tiny models on tiny batches run as fast on one thread, and a busy machine slows them
+# less.
 torch.set_num_threads(1)
 
 
 def run_main(out_dir: Path, *args) -> dict:
-    """Your train.main() in this process: TINY settings, outputs in `out_dir`, then `args`.
-    Returns what main returns: the final validation metrics."""
+    """Your train.main() in this process: TINY settings, outputs in `out_dir`, then
+    `args`. Returns what main returns: the final validation metrics."""
     return train.main([*TINY, "--out-dir", str(out_dir), *map(str, args)])
 
 
@@ -39,7 +41,8 @@ def load(out_dir: Path, name: str = "final.pt") -> dict:
 
 
 def read_metrics(out_dir: Path) -> tuple[list[dict], list[dict]]:
-    """metrics.csv as (training rows, validation rows): numbers as floats, no empty cells."""
+    """metrics.csv as (training rows, validation rows): numbers as floats, no empty
+    cells."""
     with open(Path(out_dir) / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     rows = [{k: float(v) for k, v in row.items() if v != ""} for row in rows]

@@ -1,10 +1,11 @@
-"""Shared helpers for this project's tests, which run YOUR train.py, model.py and data.py.
+"""Shared helpers for this project's tests, which run YOUR train.py, model.py and
+data.py.
 
 Each test calls `train.main([...])` in this process with tiny settings
 (test_ddp.py also starts `torchrun`)
-and checks one guarantee of the features this project was generated with; README.md ("What the
-tests guarantee") lists them. An edit that breaks a guarantee fails its test at once. Run them
-from the project folder: `pytest`, or `pytest -x -q -k NAME` for one.
+and checks one guarantee of the features this project was generated with; README.md
+("What the tests guarantee") lists them. An edit that breaks a guarantee fails its test
+at once. Run them from the project folder: `pytest`, or `pytest -x -q -k NAME` for one.
 """
 
 from __future__ import annotations
@@ -19,25 +20,25 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 import train
 
-PROJECT = (
-    Path(__file__).resolve().parent.parent
-)  # [ddp] where test_ddp.py starts torchrun
+# [ddp] where test_ddp.py starts torchrun
+PROJECT = Path(__file__).resolve().parent.parent
 
-# Tiny built-in data on the CPU: each run takes a second or two. A later flag overrides an
-# earlier one, so a test adds its own settings after these.
+# Tiny built-in data on the CPU: each run takes a second or two. A later flag overrides
+# an earlier one, so a test adds its own settings after these.
 TINY = ["--device", "cpu", "--batch-size", "8", "--log-every", "1"]
 TINY += ["--synthetic-train-size", "64", "--synthetic-val-size", "16"]
 TINY += ["--no-compile"]  # [compile] eager runs, except in test_compile.py
 # [early-stopping] no run stops early, except in test_early_stopping.py
 TINY += ["--patience", "1000"]
 
-# Tiny models on tiny batches run as fast on one thread, and a busy machine slows them less.
+# Tiny models on tiny batches run as fast on one thread, and a busy machine slows them
+# less.
 torch.set_num_threads(1)
 
 
 def run_main(out_dir: Path, *args) -> dict:
-    """Your train.main() in this process: TINY settings, outputs in `out_dir`, then `args`.
-    Returns what main returns: the final validation metrics."""
+    """Your train.main() in this process: TINY settings, outputs in `out_dir`, then
+    `args`. Returns what main returns: the final validation metrics."""
     return train.main([*TINY, "--out-dir", str(out_dir), *map(str, args)])
 
 
@@ -47,7 +48,8 @@ def load(out_dir: Path, name: str = "final.pt") -> dict:
 
 
 def read_metrics(out_dir: Path) -> tuple[list[dict], list[dict]]:
-    """metrics.csv as (training rows, validation rows): numbers as floats, no empty cells."""
+    """metrics.csv as (training rows, validation rows): numbers as floats, no empty
+    cells."""
     with open(Path(out_dir) / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     rows = [{k: float(v) for k, v in row.items() if v != ""} for row in rows]
@@ -71,9 +73,9 @@ def relative_difference(a, b) -> float:
 
 
 class UpdateRecorder:
-    """Watches every optimizer.step() while active: the gradient the update applies (all parameters
-    as one float32 vector, after clipping and unscaling) and its learning rate.
-    `on_update(n)` is called just before the n-th update (1-based)."""
+    """Watches every optimizer.step() while active: the gradient the update applies (all
+    parameters as one float32 vector, after clipping and unscaling) and its learning
+    rate. `on_update(n)` is called just before the n-th update (1-based)."""
 
     def __init__(self, on_update=None):
         self.on_update = on_update
@@ -96,16 +98,18 @@ class UpdateRecorder:
 
 
 def batch_independent(patch, augment: bool = True) -> list[str]:
-    """Extra flags that make each sample's loss depend on that sample alone, so that two ways of
-    batching the same samples can be compared exactly. Dropout draws its random mask for the shape
-    of the whole batch, so it is switched off; the model has no other batch-dependent part (layer norm
-    works per token and padding is masked), so there is nothing to patch."""
+    """Extra flags that make each sample's loss depend on that sample alone, so that two
+    ways of batching the same samples can be compared exactly. Dropout draws its random
+    mask for the shape of the whole batch, so it is switched off; the model has no other
+    batch-dependent part (layer norm works per token and padding is masked), so there is
+    nothing to patch."""
     return ["--dropout", "0"]
 
 
 @pytest.fixture(autouse=True)
 def restore_signal_handlers():
-    """[resume] train.main() installs SIGTERM/SIGUSR1 handlers; put pytest's back after each test."""
+    """[resume] train.main() installs SIGTERM/SIGUSR1 handlers; put pytest's back after
+    each test."""
     saved = [(s, signal.getsignal(s)) for s in (signal.SIGTERM, signal.SIGUSR1)]
     yield
     for signum, handler in saved:
