@@ -217,12 +217,9 @@ def _format(path: str, data: bytes) -> bytes:
     except black.InvalidInput as exc:  # a template bug, never the user's
         raise ScaffoldError(f"generated {path} is not valid Python: {exc}") from exc
     if cached is not None:
-        try:
-            tmp = cached.with_name(f"{key}.{os.getpid()}.tmp")
-            tmp.write_bytes(hashlib.sha256(formatted).hexdigest().encode() + b"\n" + formatted)
-            os.replace(tmp, cached)
-        except OSError:
-            pass  # a cache that cannot be written is no cache, not an error
+        _write_cache_entry(
+            cached, hashlib.sha256(formatted).hexdigest().encode() + b"\n" + formatted
+        )
     return formatted
 
 
@@ -243,6 +240,16 @@ def _cache_dir(kind: str) -> Path | None:
     except OSError:
         return None
     return folder
+
+
+def _write_cache_entry(path: Path, data: bytes) -> None:
+    """Atomic (a reader sees the old entry, the new one, or none); a failure is only a miss."""
+    try:
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a cache that cannot be written is no cache, not an error
 
 
 @contextmanager
@@ -303,12 +310,7 @@ def _jinja_code_cache():
         except (OSError, ValueError, EOFError, TypeError):
             pass  # missing or damaged: compile again
         code = original(self, source, name, filename, raw, defer_init)
-        try:
-            tmp = cached.with_name(f"{key}.{os.getpid()}.tmp")
-            tmp.write_bytes(marshal.dumps(code))
-            os.replace(tmp, cached)
-        except (OSError, ValueError):
-            pass  # a cache that cannot be written is no cache, not an error
+        _write_cache_entry(cached, marshal.dumps(code))
         return code
 
     jinja2.Environment.compile = compile
