@@ -9,7 +9,7 @@ A three-way merge per file, with git's own engine (`git merge-file --diff3`):
 If the installed templates (or black) differ from the ones that made the project, the base is
 re-rendered with the current templates and the old answers, so that only the feature change is
 applied. Every file is merged in memory first; the results and the new record (answers + pristine
-copy, last) are then written as one transaction (`scaffold.render.write_files`): a failure before
+copy, last) are then written as one transaction (`scaffold.write.write_files`): a failure before
 that writes nothing, and a write killed halfway is finished by the next scaffold command.
 
 Choices: adding a feature that is already enabled (or removing one that is not) is an error
@@ -21,6 +21,7 @@ until the markers are gone.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import difflib
 import os
@@ -32,8 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from scaffold import __version__
+from scaffold import __version__, catalogue
 from scaffold.errors import ScaffoldError, UsageError
+from scaffold.paths import RECORD_DIR, in_record_dir
+from scaffold.record import Record, load_record, sha256
+from scaffold.render import base_is_current, render, template_fingerprint
+from scaffold.write import recover, write_files
 
 MARKER = "<<<<<<< yours"
 LABELS = ("yours", "base", "theirs")
@@ -90,9 +95,7 @@ def _lf(data: bytes) -> bytes:
 
 def _generated(files: dict[str, bytes]) -> dict[str, bytes]:
     """The project's own files of a render (without `.scaffold/`)."""
-    from scaffold.render import RECORD_DIR
-
-    return {p: d for p, d in files.items() if not p.startswith(RECORD_DIR + "/")}
+    return {p: d for p, d in files.items() if not in_record_dir(p)}
 
 
 def _read(project: Path, rel: str) -> Optional[bytes]:
@@ -173,23 +176,13 @@ def _conflicted_files(project: Path, paths) -> list[str]:
     return marked
 
 
-def _answers(record):
-    from scaffold.render import Answers
-
-    return Answers(**record.answers).validated()
-
-
 def _check_feature_name(name: str) -> None:
-    from scaffold.catalogue import FEATURES, resolve_features
-
-    if name not in FEATURES:
-        resolve_features([name])  # raises the catalogue's UsageError for an unknown name
+    if name not in catalogue.FEATURES:
+        catalogue.resolve_features([name])  # raises the catalogue's UsageError for an unknown name
 
 
 def _new_features(current: list[str], name: str, add: bool) -> list[str]:
     """The features after the change, or a ScaffoldError saying why not (with a hint)."""
-    from scaffold.catalogue import FEATURES, resolve_features
-
     _check_feature_name(name)
     enabled = ", ".join(current) or "none"
     if add:
@@ -198,58 +191,52 @@ def _new_features(current: list[str], name: str, add: bool) -> list[str]:
                 f"feature {name!r} is already enabled in this project (features: {enabled}); "
                 "nothing to do"
             )
-        missing = [r for r in FEATURES[name].requires if r not in current]
+        missing = [r for r in catalogue.FEATURES[name].requires if r not in current]
         if missing:
             raise UsageError(
                 f"feature {name!r} requires {', '.join(map(repr, missing))}, which this project "
                 f"does not have: run 'scaffold add feature {missing[0]}' first"
             )
-        clashes = [c for c in current if c in FEATURES[name].conflicts
-                   or name in FEATURES[c].conflicts]
+        clashes = [c for c in current if c in catalogue.FEATURES[name].conflicts
+                   or name in catalogue.FEATURES[c].conflicts]
         if clashes:
             raise UsageError(
                 f"feature {name!r} conflicts with {clashes[0]!r}, which this project has: "
                 f"run 'scaffold remove feature {clashes[0]}' first"
             )
-        return resolve_features([*current, name])
+        return catalogue.resolve_features([*current, name])
     if name not in current:
         raise ScaffoldError(
             f"feature {name!r} is not enabled in this project (features: {enabled}); nothing to do"
         )
-    needed_by = [f for f in current if f != name and name in FEATURES[f].requires]
+    needed_by = [f for f in current if f != name and name in catalogue.FEATURES[f].requires]
     if needed_by:
         raise UsageError(
             f"feature {name!r} is required by {', '.join(map(repr, needed_by))}, which this "
             f"project has: run 'scaffold remove feature {needed_by[0]}' first"
         )
-    return resolve_features([f for f in current if f != name])
+    return catalogue.resolve_features([f for f in current if f != name])
 
 
-def _finish_interrupted_write(project: Path, echo) -> None:
-    import scaffold.render as render_mod
-
-    recover = getattr(render_mod, "recover", None)
-    if recover is not None and (project / render_mod.RECORD_FILE).is_file():
-        state = recover(project)
-        if state == "finished":
-            echo("note: finished an earlier scaffold write in this project that was interrupted")
+def _open_project(project: Path, echo) -> Record:
+    """Finish (or undo) an interrupted write, once per command, then read the record."""
+    if project.is_dir() and recover(project) == "finished":
+        echo("note: finished an earlier scaffold write in this project that was interrupted")
+    return load_record(project)
 
 
-def _base_files(record, old_answers, notes: list[str], name: str) -> dict[str, bytes]:
+def _base_files(record: Record, notes: list[str], name: str) -> dict[str, bytes]:
     """The merge base: the stored pristine copy, or a re-render if the templates changed."""
-    from scaffold.render import black_version, render, template_fingerprint
-
-    same_template = record.template == template_fingerprint()
-    same_black = record.black_version == black_version()
-    if same_template and same_black:
+    if base_is_current(record):
         return _generated(record.pristine)
+    same_template = record.template == template_fingerprint()
     what = "templates" if not same_template else f"black version ({record.black_version})"
     notes.append(
         f"note: this project was made by scaffold {record.scaffold_version} with other {what}; "
         f"the merge base was re-rendered with the installed scaffold {__version__} and your "
         f"current answers, so only the {name!r} change is applied"
     )
-    return _generated(render(old_answers))
+    return _generated(render(record.answers))
 
 
 # --- add / remove ----------------------------------------------------------------------------
@@ -265,17 +252,13 @@ def change_feature(
     echo: Callable[[str], None] = print,
 ) -> ChangeResult:
     """Add (or remove) feature `name` in the project at `project`, keeping the user's edits."""
-    from scaffold.record import load_record
-    from scaffold.render import Answers, render, write_files
-
     project = Path(project)
     git = _git()
-    _finish_interrupted_write(project, echo)
-    record = load_record(project)
-    old_answers = _answers(record)
+    record = _open_project(project, echo)
+    old_answers = record.answers
     new_features = _new_features(old_answers.features, name, add)
 
-    marked = _conflicted_files(project, [p for p in record.hashes if not p.startswith(".scaffold/")])
+    marked = _conflicted_files(project, record.generated)
     if marked:
         raise ScaffoldError(
             f"unresolved conflict markers ({MARKER}) in {', '.join(marked)}: resolve them "
@@ -292,12 +275,8 @@ def change_feature(
             )
 
     result = ChangeResult(features_before=list(old_answers.features), features_after=new_features)
-    base_files = _base_files(record, old_answers, result.notes, name)
-    new_answers = Answers(
-        project_name=old_answers.project_name, task=old_answers.task,
-        features=new_features, description=old_answers.description,
-    )
-    rendered = render(new_answers)
+    base_files = _base_files(record, result.notes, name)
+    rendered = render(dataclasses.replace(old_answers, features=tuple(new_features)))
     theirs_files = _generated(rendered)
     record_files = {p: d for p, d in rendered.items() if p not in theirs_files}
 
@@ -324,7 +303,7 @@ def change_feature(
         if untracked:  # in a repository, but git could not give these back
             result.backup = _backup(project, untracked)
     try:
-        # One transaction (scaffold.render.write_files): all of it or nothing, the record last.
+        # One transaction (scaffold.write.write_files): all of it or nothing, the record last.
         write_files(project, {**writes, **record_files})
     except OSError as exc:
         raise ScaffoldError(
@@ -431,8 +410,6 @@ def _compiles(data: Optional[bytes]) -> bool:
 
 
 def _backup(project: Path, paths: list[str]) -> Path:
-    from scaffold.render import RECORD_DIR
-
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     folder = project / RECORD_DIR / f"backup-{stamp}"
     n = 1
@@ -493,12 +470,9 @@ def _unified(rel: str, before: Optional[bytes], after: Optional[bytes]) -> str:
 
 def feature_diff(project: Path, name: str) -> str:
     """The patch feature `name` contributes to this project: render without it -> with it."""
-    from scaffold.record import load_record
-    from scaffold.render import Answers, black_version, render, template_fingerprint
-
-    record = load_record(Path(project))
+    record = _open_project(Path(project), echo=lambda line: None)
     _check_feature_name(name)
-    answers = _answers(record)
+    answers = record.answers
     current = list(answers.features)
     try:
         if name in current:
@@ -507,8 +481,8 @@ def feature_diff(project: Path, name: str) -> str:
             other = _new_features(current, name, add=True)
     except UsageError as exc:
         raise UsageError(f"cannot show {name!r} for this project: {exc}") from None
-    other_answers = Answers(answers.project_name, answers.task, other, answers.description)
-    if record.template == template_fingerprint() and record.black_version == black_version():
+    other_answers = dataclasses.replace(answers, features=tuple(other))
+    if base_is_current(record):
         this_render = _generated(record.pristine)  # already the render of the current answers
     else:
         this_render = _generated(render(answers))
@@ -544,21 +518,18 @@ def _user_python_files(project: Path, known) -> list[str]:
 
 def project_status(project: Path) -> list[str]:
     """What made this project, its task and features, and what the user changed since."""
-    from scaffold.record import load_record, sha256
-    from scaffold.render import RECORD_DIR, black_version, template_fingerprint
-
     project = Path(project)
-    record = load_record(project)
+    record = _open_project(project, echo=lambda line: None)
     answers = record.answers
-    same = record.template == template_fingerprint() and record.black_version == black_version()
+    same = base_is_current(record)
     lines = [
-        f"project: {answers['project_name']} ({project.resolve()})",
+        f"project: {answers.project_name} ({project.resolve()})",
         f"made by: scaffold {record.scaffold_version} (installed: {__version__}; templates "
         + ("the same)" if same else "differ: add/remove will re-render the merge base)"),
-        f"task: {answers['task']}",
-        f"features: {', '.join(answers['features']) or 'none'}",
+        f"task: {answers.task}",
+        f"features: {', '.join(answers.features) or 'none'}",
     ]
-    generated = {p: h for p, h in record.hashes.items() if not p.startswith(RECORD_DIR + "/")}
+    generated = record.generated
     changed, deleted = [], []
     for rel in sorted(generated):
         try:
