@@ -102,6 +102,11 @@ def _root(
     """Generate explicit, plain-PyTorch training projects; add or remove features later."""
 
 
+def _note(line: str) -> None:
+    """A note from a read-only command (waiting for the project): on stderr, off its output."""
+    typer.echo(line, err=True)
+
+
 def _on_terminal() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
@@ -213,35 +218,49 @@ AllowDirty = Annotated[
 ]
 
 
-def _feature_name(what: str):
-    return Annotated[str, typer.Argument(metavar="NAME", help=f"The feature to {what}.")]
+Wait = Annotated[
+    float | None,
+    typer.Option(
+        "--wait",
+        metavar="SECONDS",
+        help="How long to wait while another scaffold command holds the project "
+        "(default: 10 s to change it, 60 s to read it).",
+    ),
+]
+
+
+FeatureToAdd = Annotated[str, typer.Argument(metavar="NAME", help="The feature to add.")]
+FeatureToRemove = Annotated[str, typer.Argument(metavar="NAME", help="The feature to remove.")]
+FeatureToShow = Annotated[str, typer.Argument(metavar="NAME", help="The feature to show.")]
 
 
 @add_app.command("feature", cls=PlainHelp)
 @reports_errors
 def add_feature(
-    name: _feature_name("add"),
+    name: FeatureToAdd,
     project: Project = None,
     dry_run: DryRun = False,
     allow_dirty: AllowDirty = False,
+    wait: Wait = None,
 ) -> None:
     """Merge a feature into this project, keeping your edits (three-way merge)."""
-    _change_feature(name, project, dry_run, allow_dirty, add=True)
+    _change_feature(name, project, dry_run, allow_dirty, wait, add=True)
 
 
 @remove_app.command("feature", cls=PlainHelp)
 @reports_errors
 def remove_feature(
-    name: _feature_name("remove"),
+    name: FeatureToRemove,
     project: Project = None,
     dry_run: DryRun = False,
     allow_dirty: AllowDirty = False,
+    wait: Wait = None,
 ) -> None:
     """Take a feature out of this project, keeping your edits (three-way merge)."""
-    _change_feature(name, project, dry_run, allow_dirty, add=False)
+    _change_feature(name, project, dry_run, allow_dirty, wait, add=False)
 
 
-def _change_feature(name, project, dry_run, allow_dirty, add):
+def _change_feature(name, project, dry_run, allow_dirty, wait, add):
     result = change_feature(
         Path(project or "."),
         name,
@@ -249,6 +268,7 @@ def _change_feature(name, project, dry_run, allow_dirty, add):
         dry_run=dry_run,
         allow_dirty=allow_dirty,
         echo=typer.echo,
+        wait=wait,
     )
     if result.conflicts:
         raise typer.Exit(code=1)
@@ -257,15 +277,16 @@ def _change_feature(name, project, dry_run, allow_dirty, add):
 @diff_app.command("feature", cls=PlainHelp)
 @reports_errors
 def diff_feature(
-    name: _feature_name("show"),
+    name: FeatureToShow,
     project: Project = None,
     color: Annotated[
         bool | None,
         typer.Option("--color/--no-color", help="Colour the diff (default: on a terminal)."),
     ] = None,
+    wait: Wait = None,
 ) -> None:
     """Show the patch that a feature contributes to this project."""
-    text = feature_diff(Path(project or "."), name)
+    text = feature_diff(Path(project or "."), name, wait=wait, echo=_note)
     use_color = sys.stdout.isatty() if color is None else color
     for line in text.splitlines():
         if use_color and line.startswith("+") and not line.startswith("+++"):
@@ -279,9 +300,9 @@ def diff_feature(
 
 @app.command(cls=PlainHelp)
 @reports_errors
-def status(project: Project = None) -> None:
+def status(project: Project = None, wait: Wait = None) -> None:
     """Show the scaffold version, task, features and which generated files you changed."""
-    for line in project_status(Path(project or ".")):
+    for line in project_status(Path(project or "."), wait=wait, echo=_note):
         typer.echo(line)
 
 

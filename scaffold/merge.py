@@ -35,10 +35,10 @@ from typing import Callable, Optional
 
 from scaffold import __version__, catalogue
 from scaffold.errors import ScaffoldError, UsageError
+from scaffold.lock import commit, project_lock
 from scaffold.paths import RECORD_DIR, in_record_dir
 from scaffold.record import Record, load_record, sha256
 from scaffold.render import base_is_current, render, template_fingerprint
-from scaffold.write import recover, write_files
 
 MARKER = "<<<<<<< yours"
 LABELS = ("yours", "base", "theirs")
@@ -219,9 +219,8 @@ def _new_features(current: list[str], name: str, add: bool) -> list[str]:
 
 
 def _open_project(project: Path, echo) -> Record:
-    """Finish (or undo) an interrupted write, once per command, then read the record."""
-    if project.is_dir() and recover(project) == "finished":
-        echo("note: finished an earlier scaffold write in this project that was interrupted")
+    """The record, read under the project's lock (`project_lock` has finished any interrupted
+    write first, once per command)."""
     return load_record(project)
 
 
@@ -250,9 +249,18 @@ def change_feature(
     dry_run: bool = False,
     allow_dirty: bool = False,
     echo: Callable[[str], None] = print,
+    wait: Optional[float] = None,
 ) -> ChangeResult:
-    """Add (or remove) feature `name` in the project at `project`, keeping the user's edits."""
+    """Add (or remove) feature `name` in the project at `project`, keeping the user's edits.
+
+    Holds the project's lock (exclusive; shared for a dry run) for the whole command."""
     project = Path(project)
+    command = f"{'add' if add else 'remove'} feature {name}"
+    with project_lock(project, write=not dry_run, command=command, wait=wait, echo=echo):
+        return _change_feature(project, name, add, dry_run, allow_dirty, echo)
+
+
+def _change_feature(project: Path, name: str, add, dry_run, allow_dirty, echo) -> ChangeResult:
     git = _git()
     record = _open_project(project, echo)
     old_answers = record.answers
@@ -303,8 +311,9 @@ def change_feature(
         if untracked:  # in a repository, but git could not give these back
             result.backup = _backup(project, untracked)
     try:
-        # One transaction (scaffold.write.write_files): all of it or nothing, the record last.
-        write_files(project, {**writes, **record_files})
+        # One transaction (scaffold.write.write_files): all of it or nothing, the record last;
+        # refused if the record changed since it was read.
+        commit(project, {**writes, **record_files}, record.generation)
     except OSError as exc:
         raise ScaffoldError(
             f"writing the merged files failed ({exc.strerror or exc}); the next scaffold command "
@@ -468,8 +477,14 @@ def _unified(rel: str, before: Optional[bytes], after: Optional[bytes]) -> str:
 # --- diff feature ----------------------------------------------------------------------------
 
 
-def feature_diff(project: Path, name: str) -> str:
+def feature_diff(project: Path, name: str, *, wait: Optional[float] = None, echo=None) -> str:
     """The patch feature `name` contributes to this project: render without it -> with it."""
+    command = f"diff feature {name}"
+    with project_lock(Path(project), write=False, command=command, wait=wait, echo=echo):
+        return _feature_diff(Path(project), name)
+
+
+def _feature_diff(project: Path, name: str) -> str:
     record = _open_project(Path(project), echo=lambda line: None)
     _check_feature_name(name)
     answers = record.answers
@@ -516,9 +531,13 @@ def _user_python_files(project: Path, known) -> list[str]:
     return found
 
 
-def project_status(project: Path) -> list[str]:
+def project_status(project: Path, *, wait: Optional[float] = None, echo=None) -> list[str]:
     """What made this project, its task and features, and what the user changed since."""
-    project = Path(project)
+    with project_lock(Path(project), write=False, command="status", wait=wait, echo=echo):
+        return _project_status(Path(project))
+
+
+def _project_status(project: Path) -> list[str]:
     record = _open_project(project, echo=lambda line: None)
     answers = record.answers
     same = base_is_current(record)

@@ -1,8 +1,10 @@
 """The record a generated project keeps in `.scaffold/`: what rendered it, and a pristine copy.
 
-`record.json` holds the scaffold version, template fingerprint, black version, the answers and a
-sha256 per generated file. `pristine.json` holds the files exactly as rendered: the merge base for
-`scaffold add/remove feature`. Both are JSON data files, so black, ruff and pytest leave them alone.
+`record.json` holds the scaffold version, template fingerprint, black version, the answers, a
+sha256 per generated file and a generation number (0 for a new project, one more with every
+committed change: `scaffold.lock.commit` refuses to commit over a record that changed meanwhile).
+`pristine.json` holds the files exactly as rendered: the merge base for `scaffold add/remove
+feature`. Both are JSON data files, so black, ruff and pytest leave them alone.
 
 This module owns the two file names and knows nothing about rendering: whoever makes a record
 passes in the template fingerprint and the black version.
@@ -40,6 +42,7 @@ def make_record(
     """`.scaffold/record.json` and `.scaffold/pristine.json` for a render of `answers`."""
     record = {
         "format": RECORD_FORMAT,
+        "generation": 0,
         "scaffold_version": __version__,
         "template": template,
         "black_version": black_version,
@@ -59,6 +62,7 @@ class Record:
     answers: Answers
     hashes: dict[str, str]
     pristine: dict[str, bytes]
+    generation: int = 0
 
     @property
     def generated(self) -> dict[str, str]:
@@ -118,6 +122,7 @@ def load_record(root: Path) -> Record:
         version = str(record["scaffold_version"])
         template = str(record["template"])
         black = str(record["black_version"])
+        generation = _generation(record)
     except ScaffoldError as exc:
         raise ScaffoldError(f"{record_path} is damaged ({exc}): {hint}") from None
     except (KeyError, TypeError, ValueError) as exc:
@@ -144,7 +149,32 @@ def load_record(root: Path) -> Record:
             raise ScaffoldError(
                 f"{pristine_path} does not match {record_path} for {_short(path)}: {hint}"
             )
-    return Record(root, version, template, black, answers, hashes, pristine)
+    return Record(root, version, template, black, answers, hashes, pristine, generation)
+
+
+def _generation(record: dict) -> int:
+    generation = record.get("generation", 0)  # records written before generations: 0
+    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+        raise ValueError("generation must be a whole number")
+    return generation
+
+
+def read_generation(root: Path) -> int | None:
+    """The generation of the record on disk now (None if it cannot be read)."""
+    try:
+        return _generation(json.loads((Path(root) / RECORD_FILE).read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError, AttributeError):
+        return None
+
+
+def with_generation(files: dict[str, bytes | None], generation: int) -> dict[str, bytes | None]:
+    """`files` with the record among them set to `generation`."""
+    data = files.get(RECORD_FILE)
+    if data is None:
+        return files
+    record = json.loads(data)
+    record["generation"] = generation
+    return {**files, RECORD_FILE: _dump(record)}
 
 
 def _short(exc) -> str:

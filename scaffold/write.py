@@ -7,18 +7,20 @@ exist or is complete. A staging directory left by a killed run (SIGKILL, power l
 by the next `scaffold new` of the same name in that folder, once its process is gone.
 
 Writing into an existing directory (an empty PATH, `new --force`, `add/remove feature`) is one
-transaction: every file is first written under `.scaffold/staging/`, then the list of moves is
-written to `.scaffold/journal.json` (the commit point), then the files are renamed into place.
-A run killed before the commit changed nothing (the next scaffold command deletes the staging
-files); one killed after it is finished by the next scaffold command in that project (`recover`,
-which every command runs once, before it reads anything). Ctrl-C while files are being written
-waits until they all are.
+transaction: every file is first written under a staging folder of its own,
+`.scaffold/staging-PID-XXXX/`, then the list of moves is written to `.scaffold/journal.json` (the
+commit point), then the files are renamed into place. A run killed before the commit changed
+nothing (the next scaffold command deletes the staging files); one killed after it is finished by
+the next scaffold command in that project (`recover`, which every command runs once, before it
+reads anything, and only under the project's exclusive lock: see `scaffold.lock`). Ctrl-C while
+files are being written waits until they all are.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -31,7 +33,9 @@ from scaffold.paths import RECORD_DIR, check_relpath
 
 STAGING_PREFIX = "scaffold-partial"
 JOURNAL_FILE = f"{RECORD_DIR}/journal.json"
-STAGING_DIR = f"{RECORD_DIR}/staging"
+STAGING_DIR = f"{RECORD_DIR}/staging"  # each write stages in STAGING_DIR-PID-XXXX
+# a staged file in a journal: STAGING_DIR-PID-XXXX/N (or N in STAGING_DIR, as written before)
+_STAGED = re.compile(rf"({re.escape(STAGING_DIR)}-[0-9]+-[A-Za-z0-9_]+/)?[0-9]+")
 
 
 def check_destination(dest: Path, force: bool = False) -> None:
@@ -140,13 +144,15 @@ def write_files(root: Path, files: dict[str, bytes | None]) -> None:
     for rel in files:
         _check_target(root, check_relpath(rel))
     _check_target(root, JOURNAL_FILE)
-    staging = root / STAGING_DIR
-    if staging.is_symlink():
-        _check_target(root, STAGING_DIR)
     ops = []
     with _interrupts_deferred():
+        (root / RECORD_DIR).mkdir(exist_ok=True)
+        staging = Path(
+            tempfile.mkdtemp(
+                prefix=f"{Path(STAGING_DIR).name}-{os.getpid()}-", dir=root / RECORD_DIR
+            )
+        )
         try:
-            staging.mkdir(parents=True, exist_ok=True)
             for number, (rel, data) in enumerate(files.items()):
                 if data is None:
                     ops.append([rel, None])
@@ -156,7 +162,7 @@ def write_files(root: Path, files: dict[str, bytes | None]) -> None:
                 if (root / rel).is_file():
                     shutil.copymode(root / rel, tmp)  # keep the user's permissions
                 _copy_mode(rel, tmp)
-                ops.append([rel, tmp.name])
+                ops.append([rel, tmp.relative_to(root).as_posix()])
             part = staging / "journal.part"
             part.write_text(json.dumps({"format": 1, "ops": ops}), encoding="utf-8")
         except BaseException:
@@ -164,23 +170,51 @@ def write_files(root: Path, files: dict[str, bytes | None]) -> None:
             raise
         os.replace(part, root / JOURNAL_FILE)  # the commit point
         _apply_journal(root, ops)
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _staging_dirs(root: Path) -> list[Path]:
+    """Every staging folder in the project (of this command, of others, of killed ones)."""
+    prefix = Path(STAGING_DIR).name
+    try:
+        entries = list((root / RECORD_DIR).iterdir())
+    except OSError:
+        return []
+    return [
+        e
+        for e in entries
+        if (e.name == prefix or e.name.startswith(prefix + "-"))
+        and e.is_dir()
+        and not e.is_symlink()
+    ]
+
+
+def pending_write(root: Path) -> bool:
+    """True if an interrupted write waits to be finished or undone (see `recover`)."""
+    root = Path(root)
+    return (root / JOURNAL_FILE).is_file() or bool(_staging_dirs(root))
 
 
 def recover(root: Path) -> str:
     """Finish a write interrupted after its commit point, or undo one interrupted before it.
 
-    Every scaffold command that works in an existing project calls this once, first.
+    Every scaffold command that works in an existing project calls this once, first, holding
+    the project's exclusive lock: every staging folder it finds then belongs to a dead command.
     Returns "finished", "undone" or "" (nothing was pending).
     """
     root = Path(root)
-    journal, staging = root / JOURNAL_FILE, root / STAGING_DIR
+    journal = root / JOURNAL_FILE
     if journal.is_file() and not journal.is_symlink():
         ops = _read_journal(root, journal)
         with _interrupts_deferred():
             _apply_journal(root, ops)
+            for staging in _staging_dirs(root):
+                shutil.rmtree(staging, ignore_errors=True)
         return "finished"
-    if staging.is_dir() and not staging.is_symlink():
-        shutil.rmtree(staging, ignore_errors=True)
+    stale = _staging_dirs(root)
+    if stale:
+        for staging in stale:
+            shutil.rmtree(staging, ignore_errors=True)
         try:
             (root / RECORD_DIR).rmdir()  # only if empty: a `new` into an empty directory
         except OSError:
@@ -197,7 +231,7 @@ def _read_journal(root: Path, journal: Path) -> list:
         ops = [(rel, name) for rel, name in data["ops"]]
         for rel, name in ops:
             _check_target(root, check_relpath(rel))
-            if name is not None and not (isinstance(name, str) and name.isdigit()):
+            if name is not None and not (isinstance(name, str) and _STAGED.fullmatch(name)):
                 raise ValueError("bad entry")
     except (
         OSError,
@@ -210,23 +244,24 @@ def _read_journal(root: Path, journal: Path) -> list:
     ):
         raise ScaffoldError(
             f"{journal} is damaged, so an interrupted scaffold write cannot be finished: "
-            f"delete {JOURNAL_FILE} and {STAGING_DIR}, then check your files (git status)"
+            f"delete {JOURNAL_FILE} and the {STAGING_DIR}* folders, then check your files "
+            "(git status)"
         ) from None
     return ops
 
 
 def _apply_journal(root: Path, ops) -> None:
-    staging = root / STAGING_DIR
-    for rel, name in ops:
+    for rel, staged in ops:
         target = root / rel
-        if name is None:
+        if staged is None:
             if target.is_symlink() or target.is_file():
                 target.unlink()
-        elif (staging / name).exists():  # else: moved already, before an interruption
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(staging / name, target)
+        else:
+            source = root / staged if "/" in staged else root / STAGING_DIR / staged  # older
+            if source.exists():  # else: moved already, before an interruption
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(source, target)
     (root / JOURNAL_FILE).unlink()
-    shutil.rmtree(staging, ignore_errors=True)
 
 
 def _check_target(root: Path, rel: str) -> None:

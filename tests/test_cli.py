@@ -264,7 +264,7 @@ def test_scaffold_modules_import_only_downward():
     import ast
 
     order = ["errors", "catalogue", "answers", "paths", "record", "cache", "render", "write",
-             "project", "merge", "prompts", "cli"]
+             "lock", "project", "merge", "prompts", "cli"]
     for position, name in enumerate(order):
         tree = ast.parse((REPO / "scaffold" / f"{name}.py").read_text())
         for node in ast.walk(tree):

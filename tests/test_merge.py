@@ -524,7 +524,7 @@ def test_a_failed_write_changes_nothing(tmp_path, monkeypatch):
         calls.append(list(files))
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("scaffold.merge.write_files", disk_full)
+    monkeypatch.setattr("scaffold.lock.write_files", disk_full)
     with pytest.raises(ScaffoldError, match="writing the merged files failed"):
         change(project, "amp")
     # one write for everything, the record last
