@@ -65,7 +65,8 @@ def project_lock(
     try:
         exclusive = write or pending_write(root)
         _acquire(fd, root, exclusive, limit, echo)
-        if not exclusive and pending_write(root):  # a writer died just before we got the lock
+        # A writer died just before we got the lock (its holder file, at least, is left).
+        if not exclusive and (pending_write(root) or (root / HOLDER_FILE).exists()):
             exclusive = True
             _acquire(fd, root, exclusive, limit, echo)
         if exclusive:
@@ -120,11 +121,12 @@ def _acquire(fd: int, root: Path, exclusive: bool, limit: float, echo) -> None:
 def _name_holder(root: Path, command: str) -> None:
     since = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     info = {"pid": os.getpid(), "command": command, "since": since}
-    path = root / HOLDER_FILE
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(info), encoding="utf-8")
-        os.replace(tmp, path)
+    try:  # one small write: a reader sees all of it or (rarely) nothing it can parse
+        fd = os.open(root / HOLDER_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, json.dumps(info).encode())
+        finally:
+            os.close(fd)
     except OSError:
         pass  # only the message of a waiting command is poorer
 

@@ -717,8 +717,7 @@ def test_ctrl_c_while_rendering_is_one_line_and_writes_nothing(tmp_path, monkeyp
 def test_add_feature_killed_at_every_file_operation(tmp_path, clean_project, monkeypatch):
     """Old state or new state (after the next scaffold command finishes a committed write)."""
     from scaffold import render as render_mod
-    from scaffold.merge import change_feature
-    from scaffold.record import load_record
+    from scaffold.merge import change_feature, project_status
 
     cache = {}
     real_render = render_mod.render
@@ -751,8 +750,7 @@ def test_add_feature_killed_at_every_file_operation(tmp_path, clean_project, mon
         shutil.copytree(old_project, project, symlinks=True)
         status = run_and_signal(add(project), k, signal.SIGKILL)
         assert status == -signal.SIGKILL, (k, status)
-        recover(project)  # the next command (status, add, remove, diff) starts with this
-        load_record(project)
+        project_status(project)  # the next command: finishes or undoes the write, under the lock
         state = read_tree(project)
         assert state in (old, new), f"killed at operation {k}: {_mix(state, old, new)}"
 

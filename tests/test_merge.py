@@ -336,7 +336,10 @@ def test_add_then_remove_gives_back_the_edited_files(tmp_path, feature):
     commit_all(project)
     result, lines = change(project, feature, add=False)
     assert result.conflicts == [], lines
-    assert snapshot(project, include_record=True) == before  # files, record and pristine copy
+    after = snapshot(project, include_record=True)
+    record, record_before = (json.loads(files.pop(".scaffold/record.json")) for files in (after, before))
+    assert (record.pop("generation"), record_before.pop("generation")) == (2, 0)  # one per commit
+    assert (after, record) == (before, record_before)  # files, pristine copy and record
 
 
 def test_dry_run_writes_nothing(tmp_path):
