@@ -94,10 +94,16 @@ LOOP_PACKAGES = ("tqdm>=4.60",)
 TEST_PACKAGES = ("pytest>=8  # runs tests/",)
 
 
+def closest(name: str, choices) -> str | None:
+    """The choice `name` was probably meant to be (a typo), or None."""
+    close = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def did_you_mean(name: str, choices) -> str:
     """' (did you mean 'early-stopping'?)' for a near miss among `choices`, else ''."""
-    close = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    close = closest(name, choices)
+    return f" (did you mean {close!r}?)" if close else ""
 
 
 def check_task(task: str) -> str:

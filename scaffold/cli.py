@@ -18,8 +18,8 @@ import typer
 from typer.core import TyperArgument, TyperCommand
 
 from scaffold import __version__, prompts
-from scaffold.answers import DEFAULT_DESCRIPTION, Answers
-from scaffold.catalogue import DEFAULT_TASK, FEATURES, TASKS, did_you_mean
+from scaffold.answers import DEFAULT_DESCRIPTION, Answers, check_description, check_name
+from scaffold.catalogue import DEFAULT_TASK, FEATURES, TASKS, closest, did_you_mean
 from scaffold.errors import ScaffoldError, UsageError
 from scaffold.merge import change_feature, feature_diff, project_status
 from scaffold.project import new_project
@@ -164,6 +164,8 @@ def new(
         description=description if description is not None else DEFAULT_DESCRIPTION,
     )
     if interactive:
+        check_name(answers.project_name)  # before any question: answers are never asked in vain
+        check_description(answers.description)
         answers = _ask(answers, ask_all=task is None and not names)
     files = new_project(Path(path), answers, force=force)
     answers = answers.validated()
@@ -179,8 +181,7 @@ def _ask(answers: Answers, ask_all: bool) -> Answers:
     task = answers.task
     if ask_all or task not in TASKS:
         note = "" if task in TASKS else f"unknown task {task!r}{did_you_mean(task, TASKS)}"
-        close = did_you_mean(task, TASKS)
-        task = prompts.ask_task(close.split("'")[1] if close else task, note)
+        task = prompts.ask_task(closest(task, TASKS) or task, note)
     features, notes = prompts.split_known(list(answers.features))
     if ask_all or notes or prompts.feature_problem(features):
         features = prompts.ask_features(features, "; ".join(notes))

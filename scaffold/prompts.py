@@ -7,7 +7,7 @@ near miss corrected instead of exiting, so nothing typed so far is lost.
 
 from __future__ import annotations
 
-from scaffold.catalogue import FEATURES, TASKS, Feature, did_you_mean
+from scaffold.catalogue import FEATURES, TASKS, Feature, closest, did_you_mean
 
 
 def feature_problem(names, catalogue: dict[str, Feature] | None = None) -> str | None:
@@ -31,10 +31,10 @@ def split_known(names: list[str]) -> tuple[list[str], list[str]]:
         if name in FEATURES:
             known.append(name)
             continue
-        hint = did_you_mean(name, FEATURES)
-        if hint:
-            known.append(hint.split("'")[1])
-        notes.append(f"unknown feature {name!r}{hint}")
+        close = closest(name, FEATURES)
+        if close:
+            known.append(close)
+        notes.append(f"unknown feature {name!r}{did_you_mean(name, FEATURES)}")
     return known, notes
 
 
