@@ -274,3 +274,20 @@ def test_scaffold_modules_import_only_downward():
                 for other in imported:
                     assert other in order[:position], f"scaffold.{name} imports scaffold.{other}"
                 assert node in tree.body, f"scaffold.{name}: import scaffold.{imported} at the top"
+
+
+def test_requirements_txt_is_rendered_from_the_catalogue(monkeypatch):
+    """One source of truth: a feature's `packages` in the catalogue become its requirement lines."""
+    import dataclasses
+
+    import scaffold.catalogue as catalogue
+    from scaffold.render import render
+
+    patched = dict(catalogue.FEATURES)
+    patched["amp"] = dataclasses.replace(patched["amp"], packages=("apex-stand-in>=0.1",))
+    monkeypatch.setattr(catalogue, "FEATURES", patched)
+    files = render(Answers(project_name="p", task="text-classification", features=("amp",)))
+    lines = files["requirements.txt"].decode().splitlines()
+    assert lines[1:] == ["torch>=2.4", "tqdm>=4.60", "apex-stand-in>=0.1  # [amp]",
+                         "pytest>=8  # runs tests/"]
+    assert lines[1:] == catalogue.requirements("text-classification", ["amp"])
