@@ -56,19 +56,16 @@ def project_lock(
     if not folder.is_dir():
         yield
         return
-    limit = (WRITE_WAIT if write else READ_WAIT) if wait is None else max(0.0, wait)
-    try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError as exc:
-        raise ScaffoldError(f"cannot read {folder}: {exc.strerror or exc}") from None
+    waiting = _Waiting(root, (WRITE_WAIT if write else READ_WAIT) if wait is None else wait, echo)
+    fd = _open_folder(folder)
     holding = False
     try:
         exclusive = write or pending_write(root)
-        _acquire(fd, root, exclusive, limit, echo)
+        _take(fd, root, exclusive, waiting)
         # A writer died just before we got the lock (its holder file, at least, is left).
         if not exclusive and (pending_write(root) or (root / HOLDER_FILE).exists()):
             exclusive = True
-            _acquire(fd, root, exclusive, limit, echo)
+            _take(fd, root, exclusive, waiting)
         if exclusive:
             state = recover(root)
             if state == "finished" and echo is not None:
@@ -88,10 +85,37 @@ def project_lock(
         os.close(fd)  # releases the lock
 
 
-def _acquire(fd: int, root: Path, exclusive: bool, limit: float, echo) -> None:
+def _open_folder(folder: Path) -> int:
+    try:
+        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise ScaffoldError(f"cannot read {folder}: {exc.strerror or exc}") from None
+
+
+class _Waiting:
+    """How long a command may still wait for the project, and whether it has said so."""
+
+    def __init__(self, root: Path, limit: float, echo) -> None:
+        self.root, self.limit, self.echo = root, max(0.0, limit), echo
+        self.deadline = time.monotonic() + self.limit
+        self.told = False
+
+
+def _take(fd: int, root: Path, exclusive: bool, waiting: _Waiting) -> None:
+    """Lock `fd` (the `.scaffold` folder) through a gate, the project folder itself, held only
+    while taking the lock: a writer that waits for readers to finish holds the gate, so readers
+    that come after it queue behind it instead of starving it."""
+    gate = _open_folder(root)
+    try:
+        _acquire(gate, True, waiting)
+        _acquire(fd, exclusive, waiting)
+    finally:
+        os.close(gate)
+
+
+def _acquire(fd: int, exclusive: bool, waiting: _Waiting) -> None:
     mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-    deadline = time.monotonic() + limit
-    told = False
+    root = waiting.root
     while True:
         try:
             fcntl.flock(fd, mode | fcntl.LOCK_NB)
@@ -107,14 +131,14 @@ def _acquire(fd: int, root: Path, exclusive: bool, limit: float, echo) -> None:
                 ) from None
             raise
         holder, doing = _holder(root)
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= waiting.deadline:
             raise ScaffoldError(
                 f"{root} is busy: {holder} is {doing} it; wait until it finishes and run again, "
                 "or pass --wait SECONDS to wait longer"
             )
-        if not told and echo is not None:
-            echo(f"waiting for {holder} to finish (at most {limit:g} s)")
-            told = True
+        if not waiting.told and waiting.echo is not None:
+            waiting.echo(f"waiting for {holder} to finish (at most {waiting.limit:g} s)")
+            waiting.told = True
         time.sleep(0.05)
 
 

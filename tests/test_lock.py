@@ -158,7 +158,7 @@ def test_status_polled_during_an_add_waits_and_agrees_with_the_files(tmp_path):
     while proc.poll() is None and time.time() < deadline:
         lines = project_status(project, echo=waited.append)
         seen.append((lines[3], lines[4]))
-        time.sleep(0.05)  # as an editor polls; a writer is never starved by back-to-back readers
+        # back to back: a waiting writer holds the gate, so readers cannot starve it
     code, out = finish(proc)
     assert code == 0, out
     assert waited, "no status call ran while the add held the project"
@@ -235,3 +235,38 @@ def test_a_second_writer_names_the_holder_then_refuses(tmp_path):
         "--wait SECONDS to wait longer"
     ], result.stderr
     assert not (project / HOLDER_FILE).exists()  # released, and the holder's name with it
+
+
+def test_a_waiting_writer_is_not_starved_by_readers_that_come_after_it(tmp_path):
+    """Reader 1 holds the project; a writer waits for it; a reader that comes later queues behind
+    the writer (it may not slip in, or back-to-back readers could keep a writer out forever)."""
+    from scaffold.lock import project_lock
+
+    project = render_project(tmp_path / "p", name=NAME)
+    reading, release, writer_waits, written = (threading.Event() for _ in range(4))
+
+    def reader():
+        with project_lock(project, write=False, command="status"):
+            reading.set()
+            release.wait(60)
+
+    def writer():
+        with project_lock(project, write=True, command="add feature amp", wait=60,
+                          echo=lambda line: writer_waits.set()):
+            written.set()
+
+    threads = [threading.Thread(target=reader), threading.Thread(target=writer)]
+    threads[0].start()
+    reading.wait(30)
+    threads[1].start()
+    try:
+        assert writer_waits.wait(30)
+        with pytest.raises(ScaffoldError, match="is busy"):
+            with project_lock(project, write=False, command="status", wait=0.3):
+                pass
+        assert not written.is_set()
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join(60)
+    assert written.is_set()
