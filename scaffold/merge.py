@@ -218,12 +218,6 @@ def _new_features(current: list[str], name: str, add: bool) -> list[str]:
     return catalogue.resolve_features([f for f in current if f != name])
 
 
-def _open_project(project: Path, echo) -> Record:
-    """The record, read under the project's lock (`project_lock` has finished any interrupted
-    write first, once per command)."""
-    return load_record(project)
-
-
 def _base_files(record: Record, notes: list[str], name: str) -> dict[str, bytes]:
     """The merge base: the stored pristine copy, or a re-render if the templates changed."""
     if base_is_current(record):
@@ -262,7 +256,7 @@ def change_feature(
 
 def _change_feature(project: Path, name: str, add, dry_run, allow_dirty, echo) -> ChangeResult:
     git = _git()
-    record = _open_project(project, echo)
+    record = load_record(project)
     old_answers = record.answers
     new_features = _new_features(old_answers.features, name, add)
 
@@ -485,7 +479,7 @@ def feature_diff(project: Path, name: str, *, wait: Optional[float] = None, echo
 
 
 def _feature_diff(project: Path, name: str) -> str:
-    record = _open_project(Path(project), echo=lambda line: None)
+    record = load_record(Path(project))
     _check_feature_name(name)
     answers = record.answers
     current = list(answers.features)
@@ -538,7 +532,7 @@ def project_status(project: Path, *, wait: Optional[float] = None, echo=None) ->
 
 
 def _project_status(project: Path) -> list[str]:
-    record = _open_project(project, echo=lambda line: None)
+    record = load_record(project)
     answers = record.answers
     same = base_is_current(record)
     lines = [
