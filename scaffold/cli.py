@@ -195,8 +195,8 @@ def _change_feature(name, project, dry_run, allow_dirty, add):
         raise _fail(exc) from None
     except KeyboardInterrupt:
         raise _interrupted() from None
-    if result.conflicts:
-        raise typer.Exit(code=1)
+    if result.exit_code:
+        raise typer.Exit(code=result.exit_code)
 
 
 @diff_app.command("feature")

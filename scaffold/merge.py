@@ -57,6 +57,23 @@ class ChangeResult:
     changes: list[FileChange] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)  # one line each: "path: why"
     notes: list[str] = field(default_factory=list)
+    auto_resolved: list[str] = field(default_factory=list)  # "path:line: what was done"
+    problems: list[str] = field(default_factory=list)  # "path:line uses `x`; why"
+    leftovers: list[str] = field(default_factory=list)  # "path:line: what to delete"
+
+    @property
+    def markers(self) -> int:
+        return sum(c.conflicts for c in self.changes)
+
+    @property
+    def to_resolve(self) -> list[str]:
+        """Everything the user must look at: conflicts, then problems, then leftovers."""
+        return [*self.conflicts, *self.problems, *self.leftovers]
+
+    @property
+    def exit_code(self) -> int:
+        """0: done, clean; 1: done, with conflicts to resolve."""
+        return 1 if self.to_resolve else 0
     backup: Optional[Path] = None
     written: bool = False
 
@@ -125,6 +142,180 @@ def merge_file(yours: bytes, base: bytes, theirs: bytes, git: str) -> tuple[byte
         message = proc.stderr.decode(errors="replace").strip().splitlines()
         raise ScaffoldError(f"git merge-file failed: {message[0] if message else proc.returncode}")
     return proc.stdout, proc.returncode
+
+
+# --- the per-file engine (add/remove feature today; `scaffold upgrade` next) -------------------
+
+
+@dataclass
+class TextMerge:
+    """One file merged: the bytes to write and everything the user must hear about."""
+
+    path: str
+    data: Optional[bytes]  # the result, in the user's encoding and line endings
+    markers: int = 0  # conflict blocks left in the file (<<<<<<< yours ... >>>>>>> theirs)
+    auto_resolved: list[str] = field(default_factory=list)  # "path:line: what was done"
+    problems: list[str] = field(default_factory=list)  # undefined names etc. the merge introduced
+    leftovers: list[str] = field(default_factory=list)  # what a removed feature left behind
+
+
+class CannotMerge(Exception):
+    """This file cannot be merged as text: the whole command must stop before writing."""
+
+
+def _conflict_blocks(lines: list[str]):
+    """Split git's diff3 output into plain lines (str) and conflicts ((yours, base, theirs))."""
+    out, i = [], 0
+    while i < len(lines):
+        if lines[i].startswith(MARKER) and lines[i].rstrip("\n") == MARKER:
+            parts, current, i = [[], [], []], 0, i + 1
+            while i < len(lines) and not (current == 2 and lines[i].rstrip("\n") == ">>>>>>> theirs"):
+                stripped = lines[i].rstrip("\n")
+                if current == 0 and stripped == "||||||| base":
+                    current = 1
+                elif current == 1 and stripped == "=======":
+                    current = 2
+                else:
+                    parts[current].append(lines[i])
+                i += 1
+            out.append(tuple(parts))
+        else:
+            out.append(lines[i])
+        i += 1
+    return out
+
+
+def _join(blocks, choice) -> str:
+    text = []
+    for k, block in enumerate(blocks):
+        if isinstance(block, str):
+            text.append(block)
+        else:
+            text.extend(choice(k, block))
+    return "".join(text)
+
+
+def _marked(block) -> list[str]:
+    yours, base, theirs = block
+    return [MARKER + "\n", *yours, "||||||| base\n", *base, "=======\n", *theirs, ">>>>>>> theirs\n"]
+
+
+def _both_inserted(yours: list[str], theirs: list[str]) -> list[list[str]]:
+    """Ways to keep two insertions at one place: the change's lines first, then the user's."""
+    prefix = 0
+    while prefix < min(len(yours), len(theirs)) and yours[prefix] == theirs[prefix]:
+        prefix += 1
+    suffix = 0
+    while (suffix < min(len(yours), len(theirs)) - prefix
+           and yours[len(yours) - 1 - suffix] == theirs[len(theirs) - 1 - suffix]):
+        suffix += 1
+    head, tail = yours[:prefix], yours[len(yours) - suffix:]
+    mine, new = yours[prefix:len(yours) - suffix], theirs[prefix:len(theirs) - suffix]
+    if not mine or not new:
+        return [head + (mine or new) + tail]
+    # blank lines both sides put around their block separate the two blocks too
+    if head and all(not line.strip() for line in head):
+        sep = head
+    elif tail and all(not line.strip() for line in tail):
+        sep = tail
+    else:
+        sep = []
+    return [head + new + sep + mine + tail, head + mine + sep + new + tail]
+
+
+def _same_modulo_style(rel: str, yours: bytes, base: bytes, style) -> bool:
+    """The user's file is the base, reformatted (or with other line endings)."""
+    if _lf(yours) == _lf(base):
+        return True
+    if not (style and rel.endswith(".py")):
+        return False
+    from scaffold import textio
+
+    mine, old = textio.decode(yours, python=True), textio.decode(base, python=True)
+    return mine is not None and old is not None and style.apply(old.text, rel) == mine.text
+
+
+def _compiles_text(text: str) -> bool:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(text, "<merged>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def merge_text(path: str, base: bytes, yours: bytes, theirs: bytes, *, git: Optional[str] = None,
+               style=None, gone=None) -> TextMerge:
+    """Three-way merge of one text file, checked: the engine of add/remove feature (and upgrade).
+
+    `base` and `theirs` are renders (UTF-8); `yours` is the user's file in its own encoding and line
+    endings, which the result keeps. `style` (scaffold.style.Style) brings base and theirs into the
+    user's formatting first; `gone` (scaffold.meaning.Gone) is what the change takes away, for the
+    leftover check. Pure insertions by both sides at one place are kept both (the change's lines
+    first) when the file still compiles. Raises CannotMerge when the file cannot be merged as text.
+    """
+    from scaffold import meaning, textio
+
+    python = path.endswith(".py")
+    mine = textio.decode(yours, python=python)
+    old, new = textio.decode(base, python=python), textio.decode(theirs, python=python)
+    if mine is None or old is None or new is None:
+        raise CannotMerge(f"{path} is binary")
+    base_text, theirs_text = old.text, new.text
+    if style and python and mine.text not in (base_text, theirs_text):
+        from scaffold.style import similarity
+
+        styled = style.apply(base_text, path)
+        if similarity(styled, mine.text) > similarity(base_text, mine.text):
+            base_text, theirs_text = styled, style.apply(theirs_text, path)
+    result = TextMerge(path, None)
+    if mine.text == base_text:
+        merged = theirs_text
+    elif mine.text == theirs_text or base_text == theirs_text:
+        merged = mine.text
+    else:
+        raw, _ = merge_file(mine.text.encode(), base_text.encode(), theirs_text.encode(),
+                            git or _git())
+        blocks = _conflict_blocks(raw.decode().splitlines(keepends=True))
+        chosen: dict[int, list[str]] = {}
+        line = 1
+        for k, block in enumerate(blocks):
+            if isinstance(block, str):
+                line += 1
+                continue
+            y, b, t = block
+            if not b:  # both sides only inserted lines here
+                for option in _both_inserted(y, t):
+                    trial = dict(chosen, **{str(k): option})
+                    text = _join(blocks, lambda i, blk: trial.get(str(i), blk[0]))
+                    if not python or _compiles_text(text):
+                        chosen[str(k)] = option
+                        order = "the change's lines first" if option is _both_inserted(y, t)[0] \
+                            else "yours first, so that it compiles"
+                        result.auto_resolved.append(
+                            f"{path}:{line}: you and the change both added lines here; kept both "
+                            f"({order})"
+                        )
+                        break
+            line += len(chosen.get(str(k), _marked(block)))
+        merged = _join(blocks, lambda i, blk: chosen.get(str(i), _marked(blk)))
+        result.markers = sum(1 for k, blk in enumerate(blocks)
+                             if not isinstance(blk, str) and str(k) not in chosen)
+    if python and not result.markers:
+        result.leftovers = meaning.find_leftovers(path, merged, gone, mine.text, base_text) if gone else []
+        flagged = {int(item.split(":")[1]) for item in result.leftovers}
+        result.problems = meaning.introduced_problems(
+            path, merged, mine.text, base_text, theirs_text, gone, skip_lines=flagged
+        )
+    try:
+        result.data = textio.encode(merged, mine)
+    except UnicodeEncodeError as exc:
+        raise CannotMerge(
+            f"{path} is {mine.encoding} text and the change adds {exc.object[exc.start:exc.end]!r}, "
+            f"which {mine.encoding} cannot store"
+        ) from None
+    return result
 
 
 def _git_repo(project: Path, git: str) -> bool:
@@ -301,8 +492,12 @@ def change_feature(
     theirs_files = _generated(rendered)
     record_files = {p: d for p, d in rendered.items() if p not in theirs_files}
 
+    gone = _gone(base_files, theirs_files, result)
+    style = _style(project, base_files)
     for rel in sorted(set(base_files) | set(theirs_files)):
-        _merge_one(project, rel, base_files.get(rel), theirs_files.get(rel), git, result)
+        _merge_one(project, rel, base_files.get(rel), theirs_files.get(rel), git, result,
+                   style=style, gone=gone)
+    _scan_unchanged(project, record, result, gone)
 
     _check_compiles(result)
     verb = "add" if add else "remove"
@@ -338,7 +533,8 @@ def change_feature(
     return result
 
 
-def _merge_one(project: Path, rel: str, base, theirs, git: str, result: ChangeResult) -> None:
+def _merge_one(project: Path, rel: str, base, theirs, git: str, result: ChangeResult,
+               style=None, gone=None) -> None:
     if base == theirs:
         return  # the change does not touch this file: leave the user's version alone
     yours = _read(project, rel)
@@ -354,7 +550,7 @@ def _merge_one(project: Path, rel: str, base, theirs, git: str, result: ChangeRe
     if theirs is None:  # the change removes this file
         if yours is None:
             return
-        if _lf(yours) == _lf(base):
+        if _same_modulo_style(rel, yours, base, style):
             result.changes.append(FileChange(rel, "deleted", yours, None))
         else:
             result.conflicts.append(
@@ -367,40 +563,84 @@ def _merge_one(project: Path, rel: str, base, theirs, git: str, result: ChangeRe
             f"note: {rel}: you deleted it; left deleted (the change would have updated it)"
         )
         return
-    if not (_is_text(yours) and _is_text(base) and _is_text(theirs)):  # binary: bytes only
+    try:
+        merged = merge_text(rel, base, yours, theirs, git=git, style=style, gone=gone)
+    except CannotMerge as exc:
         if yours == base:
             result.changes.append(FileChange(rel, "updated", yours, theirs))
-        elif yours != theirs:
-            result.conflicts.append(
-                f"{rel}: binary file changed by you and by the change; kept yours"
-            )
+            return
+        if yours == theirs:
+            return
+        raise ScaffoldError(
+            f"cannot merge {rel}: {exc}, and both you and the change edited it; nothing was "
+            "written: set your version aside (or make it text), run again, then put it back"
+        ) from None
+    result.auto_resolved += merged.auto_resolved
+    result.problems += merged.problems
+    result.leftovers += merged.leftovers
+    if merged.data == yours:
         return
-    # The user's line-ending style is not an edit: merge LF text with a final newline, then
-    # give the result the user's style back (CRLF; no newline at the end of the file).
-    crlf = b"\r\n" in yours
-    ours = _lf(yours)
-    no_final_newline = bool(ours) and not ours.endswith(b"\n") and base.endswith(b"\n")
-    if no_final_newline:
-        ours += b"\n"
-    if ours == base:
-        merged, count = theirs, 0
-    elif ours == theirs:
-        return
-    else:
-        merged, count = merge_file(ours, base, theirs, git)
-    if no_final_newline and merged.endswith(b"\n"):
-        merged = merged[:-1]
-    if crlf:
-        merged = merged.replace(b"\n", b"\r\n")
-    if merged == yours:
-        return
-    result.changes.append(
-        FileChange(rel, "merged" if ours != base else "updated", yours, merged, conflicts=count)
-    )
-    if count:
+    result.changes.append(FileChange(
+        rel, "merged" if _lf(yours) != _lf(base) else "updated", yours, merged.data,
+        conflicts=merged.markers,
+    ))
+    if merged.markers:
         result.conflicts.append(
-            f"{rel}: {count} conflict{'s' if count > 1 else ''} (marked {MARKER} ... >>>>>>> theirs)"
+            f"{rel}: {merged.markers} conflict{'s' if merged.markers > 1 else ''} "
+            f"(marked {MARKER} ... >>>>>>> theirs)"
         )
+
+
+def _gone(base_files: dict[str, bytes], theirs_files: dict[str, bytes], result: ChangeResult):
+    """What a change takes away (scaffold.meaning.Gone): removed features' tags, names, fields."""
+    from scaffold.meaning import Gone, bound_names, config_fields, name_tokens
+
+    removed = [f for f in result.features_before if f not in result.features_after]
+    if not removed:
+        return None
+    who = f"feature {removed[0]!r}" if len(removed) == 1 else "the removed features"
+
+    def texts(files):
+        return [d.decode("utf-8", "replace") for p, d in files.items() if p.endswith(".py")]
+
+    left = set().union(*map(name_tokens, texts(theirs_files)))
+    before = texts(base_files)
+    names = set().union(*map(bound_names, before)) - left
+    fields = set().union(*map(config_fields, before)) - set().union(
+        *map(config_fields, texts(theirs_files)))
+    return Gone(
+        features=tuple(removed),
+        names={n: who for n in sorted(names) if not n.startswith("__")},
+        fields={f: who for f in sorted(fields)},
+    )
+
+
+def _scan_unchanged(project: Path, record, result: ChangeResult, gone) -> None:
+    """Leftovers in the Python files the merge did not touch (generated or the user's own)."""
+    from scaffold import textio
+    from scaffold.meaning import find_leftovers
+
+    if gone is None:
+        return
+    touched = {c.path for c in result.changes} | {line.split(":")[0] for line in result.conflicts}
+    generated = [p for p in record.hashes if p.endswith(".py") and not p.startswith(".scaffold/")]
+    for rel in sorted(set(generated) | set(_user_python_files(project, record.hashes))):
+        if rel in touched:
+            continue
+        try:
+            data = _read(project, rel)
+        except ScaffoldError:
+            continue
+        text = textio.decode(data, python=True) if data is not None else None
+        if text is not None:
+            result.leftovers += find_leftovers(rel, text.text, gone)
+
+
+def _style(project: Path, base_files: dict[str, bytes]):
+    """The user's formatting (scaffold.style), or None when it is scaffold's own."""
+    from scaffold.style import detect
+
+    return detect(project, base_files)
 
 
 def _check_compiles(result: ChangeResult) -> None:
@@ -449,24 +689,47 @@ def _backup(project: Path, paths: list[str]) -> Path:
     return folder
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
 def _report(result: ChangeResult, echo, verb: str, name: str, project: Path, dry_run: bool) -> None:
     would = "would be " if dry_run else ""
     for change in result.changes:
-        extra = f" ({change.conflicts} conflict{'s' if change.conflicts > 1 else ''})" if change.conflicts else ""
+        extra = f" ({_plural(change.conflicts, 'conflict')})" if change.conflicts else ""
         echo(f"  {change.action:<8} {change.path}{extra}")
     if result.backup is not None:
         echo(f"backup of the files about to change: {result.backup}")
+    if result.auto_resolved:
+        echo(f"merged automatically ({len(result.auto_resolved)}):")
+        for line in result.auto_resolved:
+            echo(f"  {line}")
+    others = [c for c in result.conflicts if "(marked <<<<<<<" not in c]
+    count = result.markers + len(others)
     if result.conflicts:
-        echo(f"conflicts ({len(result.conflicts)}):")
+        echo(f"conflicts ({count}):")
         for line in result.conflicts:
+            echo(f"  {line}")
+    if result.problems:
+        echo(f"names the merge leaves undefined ({len(result.problems)}):")
+        for line in result.problems:
+            echo(f"  {line}")
+    if result.leftovers:
+        echo(f"left over from the removed feature ({len(result.leftovers)}):")
+        for line in result.leftovers:
             echo(f"  {line}")
     past = "added" if verb == "add" else "removed"
     if dry_run:
         echo(f"dry run: feature {name!r} {would}{past}; {len(result.changes)} files would change; "
              "nothing was written")
-    elif result.conflicts:
-        echo(f"feature {name!r} {past} with conflicts: resolve the markers in the files above "
-             "(the record already lists the new features); then run your tests")
+    elif result.markers:
+        echo(f"feature {name!r} {past} with {_plural(result.markers, 'conflict')}: resolve the "
+             "markers in the files above (the record already lists the new features); then run "
+             "your tests")
+    elif result.to_resolve:
+        echo(f"feature {name!r} {past} in the generated code, but {len(result.to_resolve)} "
+             "items above need your hand (the record already lists the new features): fix them, "
+             "then run your tests")
     else:
         echo(f"feature {name!r} {past}: {len(result.changes)} files changed, your edits kept "
              f"(features: {', '.join(result.features_after) or 'none'})")
