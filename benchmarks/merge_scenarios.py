@@ -246,18 +246,30 @@ _REAL_RENDER = None
 
 
 def _install_memo():
+    """Route scaffold's renders of the scenario projects through the memo; returns an undo."""
     global _REAL_RENDER
     import scaffold.render as render_mod
 
-    if _REAL_RENDER is None:
-        _REAL_RENDER = render_mod.render
+    if _REAL_RENDER is not None:
+        return lambda: None
+    _REAL_RENDER = previous = render_mod.render
+    _RENDERS.clear()
+    fingerprint = render_mod.template_fingerprint()
 
-        def memo(answers):
-            if answers.project_name == NAME and answers.task == "image-classification":
-                return render(answers.features)
-            return _REAL_RENDER(answers)
+    def memo(answers):
+        if (answers.project_name == NAME and answers.task == "image-classification"
+                and render_mod.template_fingerprint() == fingerprint):
+            return render(answers.features)
+        return previous(answers)
 
-        render_mod.render = memo
+    render_mod.render = memo
+
+    def undo():
+        global _REAL_RENDER
+        render_mod.render = previous
+        _REAL_RENDER = None
+
+    return undo
 
 
 def _undefined(files: dict[str, bytes]) -> set[tuple[str, str]]:
@@ -308,7 +320,6 @@ def run_one(scenario: Scenario, mode: str, feature: str, workdir: Path) -> tuple
     from scaffold.merge import change_feature
     from scaffold.render import Answers, write_new_project
 
-    _install_memo()
     if mode == "add":
         need = [r for r in FEATURES[feature].requires]
         start = resolve_features(need) if need else []
@@ -360,11 +371,13 @@ def run_one(scenario: Scenario, mode: str, feature: str, workdir: Path) -> tuple
     return "clean", ""
 
 
-def run(only=None, features=None, verbose=False) -> dict[tuple[str, str, str], tuple[str, str]]:
+def run(only=None, features=None, verbose=False, workdir=None):
+    """{(scenario, mode, feature): (outcome, detail)}."""
     from scaffold.catalogue import FEATURES
 
     results = {}
-    with tempfile.TemporaryDirectory(prefix="merge-scenarios-") as tmp:
+    undo = _install_memo()
+    with tempfile.TemporaryDirectory(prefix="merge-scenarios-", dir=workdir) as tmp:
         for scenario in SCENARIOS:
             if only and scenario.name not in only:
                 continue
@@ -380,6 +393,7 @@ def run(only=None, features=None, verbose=False) -> dict[tuple[str, str, str], t
                     results[scenario.name, mode, feature] = outcome
                     if verbose:
                         print(scenario.name, mode, feature, *outcome, file=sys.stderr)
+    undo()
     return results
 
 

@@ -154,6 +154,13 @@ def tasks() -> None:
         typer.echo(f"{t.name}{mark}: {t.help}")
 
 
+def _project_dir(project: Optional[Path]) -> Path:
+    """--project DIR, else the generated project this folder is in (searched upwards)."""
+    from scaffold.merge import find_project
+
+    return Path(project) if project is not None else find_project(Path("."))
+
+
 _PROJECT = typer.Option(None, "--project", "-p", help="The project directory (default: here).")
 
 
@@ -188,7 +195,7 @@ def _change_feature(name, project, dry_run, allow_dirty, add):
 
     try:
         result = change_feature(
-            Path(project or "."), name, add=add, dry_run=dry_run, allow_dirty=allow_dirty,
+            _project_dir(project), name, add=add, dry_run=dry_run, allow_dirty=allow_dirty,
             echo=typer.echo,
         )
     except ScaffoldError as exc:
@@ -211,7 +218,7 @@ def diff_feature(
     from scaffold.merge import feature_diff
 
     try:
-        text = feature_diff(Path(project or "."), name)
+        text = feature_diff(_project_dir(project), name)
     except ScaffoldError as exc:
         raise _fail(exc) from None
     use_color = sys.stdout.isatty() if color is None else color
@@ -231,7 +238,7 @@ def status(project: Optional[Path] = _PROJECT) -> None:
     from scaffold.merge import project_status
 
     try:
-        for line in project_status(Path(project or ".")):
+        for line in project_status(_project_dir(project)):
             typer.echo(line)
     except ScaffoldError as exc:
         raise _fail(exc) from None

@@ -21,6 +21,7 @@ until the markers are gone.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import difflib
 import os
@@ -37,6 +38,7 @@ from scaffold.errors import ScaffoldError, UsageError
 
 MARKER = "<<<<<<< yours"
 LABELS = ("yours", "base", "theirs")
+KEEP_BACKUPS = 3  # .scaffold/backup-* folders kept (the newest)
 
 
 @dataclass
@@ -349,6 +351,15 @@ def _dirty_files(project: Path, git: str) -> list[str]:
     return sorted(names)
 
 
+def _has_markers(data: bytes) -> bool:
+    """Conflict markers of scaffold's merges or the user's own git merge (<<<<<<< HEAD)."""
+    lines = data.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(b"<<<<<<< ") or line == b"<<<<<<<"]
+    if not starts:
+        return False
+    return any(line.startswith(b">>>>>>> ") or line == b">>>>>>>" for line in lines[starts[0]:])
+
+
 def _conflicted_files(project: Path, paths) -> list[str]:
     marked = []
     for rel in sorted(paths):
@@ -359,9 +370,24 @@ def _conflicted_files(project: Path, paths) -> list[str]:
             data = path.read_bytes()
         except OSError:
             continue
-        if any(line.startswith(MARKER.encode()) for line in data.splitlines()):
+        if _has_markers(data):
             marked.append(rel)
     return marked
+
+
+def find_project(start: Path) -> Path:
+    """The nearest folder at or above `start` holding `.scaffold/record.json` (else `start`)."""
+    from scaffold.render import RECORD_FILE
+
+    start = Path(start)
+    try:
+        here = start.resolve()
+    except (OSError, RuntimeError):
+        return start
+    for folder in (here, *here.parents):
+        if (folder / RECORD_FILE).is_file():
+            return folder if folder != here else start
+    return start
 
 
 def _answers(record):
@@ -469,7 +495,7 @@ def change_feature(
     marked = _conflicted_files(project, [p for p in record.hashes if not p.startswith(".scaffold/")])
     if marked:
         raise ScaffoldError(
-            f"unresolved conflict markers ({MARKER}) in {', '.join(marked)}: resolve them "
+            f"unresolved conflict markers (<<<<<<<) in {', '.join(marked)}: resolve them "
             "(keep the lines you want, delete the <<<<<<< ||||||| ======= >>>>>>> lines) and run again"
         )
     in_git = _git_repo(project, git)
@@ -494,7 +520,13 @@ def change_feature(
 
     gone = _gone(base_files, theirs_files, result)
     style = _style(project, base_files)
+    folders = {rel.rsplit("/", 1)[0] for rel in base_files if "/" in rel}
+    deleted = {d for d in folders if not (project / d).exists()}
     for rel in sorted(set(base_files) | set(theirs_files)):
+        folder = rel.rsplit("/", 1)[0] if "/" in rel else ""
+        if rel not in base_files and folder in deleted:
+            result.notes.append(f"note: {folder}/: you deleted it; {rel} not created")
+            continue
         _merge_one(project, rel, base_files.get(rel), theirs_files.get(rel), git, result,
                    style=style, gone=gone)
     _scan_unchanged(project, record, result, gone)
@@ -512,15 +544,27 @@ def change_feature(
     writes = {c.path: c.after for c in result.changes}
     existing = [p for p in writes if (project / p).is_file()]
     if existing and not in_git:
-        result.backup = _backup(project, existing)
-    elif existing and in_git:
+        keep = existing
+    elif existing:
         tracked = _git_lines(project, git, "--literal-pathspecs", "ls-files", "-z", "--", *existing)
-        untracked = sorted(set(existing) - set(tracked))
-        if untracked:  # in a repository, but git could not give these back
-            result.backup = _backup(project, untracked)
+        # in a repository: what git cannot give back (untracked files, uncommitted changes)
+        dirty = set(_dirty_files(project, git)) if allow_dirty else set()
+        keep = sorted((set(existing) - set(tracked)) | (set(existing) & dirty))
+    else:
+        keep = []
+    import scaffold.render as render_mod
+
+    for rel in [*writes, *record_files]:  # a refusal (a link in the way) before any backup
+        render_mod._check_target(project, rel)
+    if keep:
+        result.backup = _backup(project, keep)
     try:
         # One transaction (scaffold.render.write_files): all of it or nothing, the record last.
         write_files(project, {**writes, **record_files})
+    except ScaffoldError:
+        if result.backup is not None:
+            shutil.rmtree(result.backup, ignore_errors=True)
+        raise
     except OSError as exc:
         raise ScaffoldError(
             f"writing the merged files failed ({exc.strerror or exc}); the next scaffold command "
@@ -529,8 +573,24 @@ def change_feature(
             + (f" (your previous files are in {result.backup})" if result.backup else "")
         ) from None
     result.written = True
-    _report(result, echo, verb, name, project, dry_run=False)
+    with _no_interrupts():  # everything is written: a Ctrl-C now must not turn it into a failure
+        _report(result, echo, verb, name, project, dry_run=False)
     return result
+
+
+@contextlib.contextmanager
+def _no_interrupts():
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
 
 
 def _merge_one(project: Path, rel: str, base, theirs, git: str, result: ChangeResult,
@@ -686,6 +746,10 @@ def _backup(project: Path, paths: list[str]) -> Path:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
     folder.mkdir(parents=True, exist_ok=True)
+    backups = sorted((project / RECORD_DIR).glob("backup-*"), key=lambda p: p.stat().st_mtime_ns)
+    for old in backups[:-KEEP_BACKUPS]:
+        if old != folder and old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
     return folder
 
 
