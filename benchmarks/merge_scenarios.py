@@ -377,6 +377,16 @@ def run(only=None, features=None, verbose=False, workdir=None):
 
     results = {}
     undo = _install_memo()
+    try:
+        _run_all(results, only, features, verbose, workdir)
+    finally:
+        undo()
+    return results
+
+
+def _run_all(results, only, features, verbose, workdir):
+    from scaffold.catalogue import FEATURES
+
     with tempfile.TemporaryDirectory(prefix="merge-scenarios-", dir=workdir) as tmp:
         for scenario in SCENARIOS:
             if only and scenario.name not in only:
@@ -384,7 +394,7 @@ def run(only=None, features=None, verbose=False, workdir=None):
             for mode in scenario.modes:
                 names = scenario.features or tuple(FEATURES)
                 for feature in names:
-                    if features and feature not in features:
+                    if features and feature not in features and not scenario.features:
                         continue
                     if mode == "remove" and not scenario.start and any(
                             feature in FEATURES[f].requires for f in FEATURES if f != "ddp"):
@@ -393,8 +403,6 @@ def run(only=None, features=None, verbose=False, workdir=None):
                     results[scenario.name, mode, feature] = outcome
                     if verbose:
                         print(scenario.name, mode, feature, *outcome, file=sys.stderr)
-    undo()
-    return results
 
 
 def table(results) -> str:

@@ -153,22 +153,28 @@ def find_leftovers(path: str, text: str, gone: Gone, yours: str = "", base: str 
 
 
 def rename_hint(name: str, base: str, yours: str) -> str | None:
-    """The name the user's edit gave to `name` (defined in `base`, gone from `yours`), if any."""
+    """The name the user's edit gave to `name` (defined in `base`, gone from `yours`), if any.
+
+    Lines the user changed are paired with the base lines they replace; where `name` stood in a
+    base line, the word at the same place in the user's line is a vote.
+    """
     if name not in bound_names(base) or name in name_tokens(yours):
         return None
-    base_names, yours_names = name_tokens(base), name_tokens(yours)
+    base_names = name_tokens(base)
     a, b = base.splitlines(), yours.splitlines()
     votes: Counter = Counter()
+    word = re.compile(r"\w+|[^\w\s]")
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag != "replace":
             continue
-        before = "\n".join(a[i1:i2])
-        if not re.search(rf"\b{re.escape(name)}\b", before):
-            continue
-        for new in name_tokens("\n".join(b[j1:j2])) - base_names:
-            if new in yours_names:
-                votes[new] += 1
+        for old, new in zip(a[i1:i2], b[j1:j2]):
+            old_words, new_words = word.findall(old), word.findall(new)
+            if len(old_words) != len(new_words):
+                continue
+            for x, y in zip(old_words, new_words):
+                if x == name and y != x and y.isidentifier() and y not in base_names:
+                    votes[y] += 1
     return votes.most_common(1)[0][0] if votes else None
 
 

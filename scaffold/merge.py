@@ -237,6 +237,24 @@ def _same_modulo_style(rel: str, yours: bytes, base: bytes, style) -> bool:
     return mine is not None and old is not None and style.apply(old.text, rel) == mine.text
 
 
+def _resolutions(yours: list[str], base: list[str], theirs: list[str]) -> list[list[str]]:
+    """Ways to settle a conflict where neither side changed what the other changed, best first.
+
+    - base empty: both sides only inserted lines at one place: keep both;
+    - the user's lines are the base plus lines before or after it (the user only added next to
+      what the change rewrote): the change's version, with the user's lines in their place.
+    Anything else is a real conflict ([]).
+    """
+    if not base:
+        return _both_inserted(yours, theirs)
+    n = len(base)
+    if len(yours) > n and yours[:n] == base:
+        return [theirs + yours[n:]]
+    if len(yours) > n and yours[-n:] == base:
+        return [yours[:-n] + theirs]
+    return []
+
+
 def _compiles_text(text: str) -> bool:
     try:
         with warnings.catch_warnings():
@@ -265,7 +283,8 @@ def merge_text(path: str, base: bytes, yours: bytes, theirs: bytes, *, git: Opti
     if mine is None or old is None or new is None:
         raise CannotMerge(f"{path} is binary")
     base_text, theirs_text = old.text, new.text
-    if style and python and mine.text not in (base_text, theirs_text):
+    styled_kind = python or (path.endswith(".md") and style is not None and style.ruff_format)
+    if style and styled_kind and mine.text not in (base_text, theirs_text):
         from scaffold.style import similarity
 
         styled = style.apply(base_text, path)
@@ -287,18 +306,20 @@ def merge_text(path: str, base: bytes, yours: bytes, theirs: bytes, *, git: Opti
                 line += 1
                 continue
             y, b, t = block
-            if not b:  # both sides only inserted lines here
-                for option in _both_inserted(y, t):
+            options = _resolutions(y, b, t)
+            if options:  # both sides only inserted, or the user only added next to the change
+                for option in options:
                     trial = dict(chosen, **{str(k): option})
                     text = _join(blocks, lambda i, blk: trial.get(str(i), blk[0]))
                     if not python or _compiles_text(text):
                         chosen[str(k)] = option
-                        order = "the change's lines first" if option is _both_inserted(y, t)[0] \
-                            else "yours first, so that it compiles"
-                        result.auto_resolved.append(
-                            f"{path}:{line}: you and the change both added lines here; kept both "
-                            f"({order})"
-                        )
+                        if b:
+                            what = "you added lines next to lines the change rewrote; kept yours"
+                        else:
+                            order = ("the change's lines first" if option is options[0]
+                                     else "yours first, so that it compiles")
+                            what = f"you and the change both added lines here; kept both ({order})"
+                        result.auto_resolved.append(f"{path}:{line}: {what}")
                         break
             line += len(chosen.get(str(k), _marked(block)))
         merged = _join(blocks, lambda i, blk: chosen.get(str(i), _marked(blk)))
@@ -521,7 +542,8 @@ def change_feature(
     gone = _gone(base_files, theirs_files, result)
     style = _style(project, base_files)
     folders = {rel.rsplit("/", 1)[0] for rel in base_files if "/" in rel}
-    deleted = {d for d in folders if not (project / d).exists()}
+    deleted = {d for d in folders  # a folder none of whose generated files the user kept
+               if not any((project / r).exists() for r in base_files if r.startswith(d + "/"))}
     for rel in sorted(set(base_files) | set(theirs_files)):
         folder = rel.rsplit("/", 1)[0] if "/" in rel else ""
         if rel not in base_files and folder in deleted:
