@@ -14,6 +14,7 @@ from the command's own words:
   LOST       a line of the user's edit is gone from the files            (target 0)
   SILENT     exit 0, but a removed feature's tagged lines remain          (target 0)
   BROKEN     exit 0, but the files have an undefined name they did not    (target 0)
+  HALF       the record lists the added feature, train.py has none of it and no marker (target 0)
 
     python benchmarks/merge_scenarios.py            # the table
     python benchmarks/merge_scenarios.py --only tabs --features amp
@@ -39,7 +40,7 @@ if str(REPO) not in sys.path:  # this checkout's scaffold, unless PYTHONPATH nam
     sys.path.append(str(REPO))
 
 NAME = "proj"
-OUTCOMES = ("clean", "auto", "conflict", "leftover", "refused", "LOST", "SILENT", "BROKEN")
+OUTCOMES = ("clean", "auto", "conflict", "leftover", "refused", "LOST", "SILENT", "BROKEN", "HALF")
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Scenario:
     start: tuple[str, ...] = ()  # remove mode: start from these features (default: all)
     features: tuple[str, ...] = ()  # only these features (default: all)
     kind: str = "edit"  # edit, format, insert: the last two must never conflict
+    check: Callable[[dict, dict], str] | None = None  # (edited, after) -> what was lost, or ""
 
 
 def _sub(files, rel, old, new, count=None):
@@ -89,6 +91,15 @@ def crlf_mixed(files, project):
     lines = files["train.py"].split(b"\n")
     lines = [line + (b"\n" if i % 17 == 5 else b"\r\n") for i, line in enumerate(lines[:-1])]
     return {**files, "train.py": b"".join(lines)}
+
+
+def lf_lines_kept(edited, after) -> str:
+    """The lines the user ended with LF (in a CRLF file) still end with LF."""
+    lf = {line for line in edited["train.py"].split(b"\n")[:-1] if not line.endswith(b"\r")}
+    lines = after.get("train.py", b"").split(b"\n")[:-1]
+    now_crlf = {line[:-1] for line in lines if line.endswith(b"\r")}
+    lost = lf & now_crlf
+    return f"{len(lost)} LF line endings became CRLF" if lost else ""
 
 
 def no_final_newline(files, project):
@@ -203,9 +214,10 @@ def no_tests(files, project):
 SCENARIOS = [
     Scenario("scripted-edits", scripted, [("model.py", "self.classifier"), ("train.py", "# my speed-up"),
                                           ("augment.py", "def flip")]),
-    Scenario("label-smoothing", label_smoothing, [("train.py", "label_smoothing=0.1")]),
+    Scenario("label-smoothing", label_smoothing, [("train.py", "label_smoothing=0.1")],
+             modes=("add",)),
     Scenario("crlf", crlf, [("train.py", "\r\n")]),
-    Scenario("crlf-mixed", crlf_mixed, []),
+    Scenario("crlf-mixed", crlf_mixed, [], check=lf_lines_kept),
     Scenario("no-final-newline", no_final_newline, [("train.py", "# mine")]),
     Scenario("rename-optimizer", rename_optimizer, [("train.py", "opt.step()")], modes=("add",)),
     Scenario("tb-writer-line", tb_writer_line, [("train.py", "# my curve")], modes=("remove",),
@@ -352,9 +364,12 @@ def run_one(scenario: Scenario, mode: str, feature: str, workdir: Path) -> tuple
         data = after.get(rel)
         if data is None or text.encode("cp1252" if scenario.name == "cp1252" else "utf-8") not in data:
             return "LOST", f"{rel}: {text!r}"
-    if mode == "add" and code == 0 and not _tags({"train.py": after.get("train.py", b"")}, feature) \
-            and not (project / "train.py").exists():
-        return "LOST", "train.py"
+    lost = scenario.check(edited, after) if scenario.check else ""
+    if lost:
+        return "LOST", lost
+    if mode == "add" and result.written and b"<<<<<<<" not in after.get("train.py", b"<<<<<<<") \
+            and not _tags({"train.py": after["train.py"]}, feature):
+        return "HALF", "the record lists it; train.py does not have it"
     leftovers = getattr(result, "leftovers", [])
     if code:
         return ("leftover" if leftovers and not result.conflicts else "conflict"), \
