@@ -244,7 +244,6 @@ _RENDERS: dict = {}
 
 def render(features) -> dict[str, bytes]:
     """A render with memo (the renderer is deterministic per answers and templates)."""
-    import scaffold.render as render_mod
 
     key = tuple(sorted(features))
     if key not in _RENDERS:
@@ -388,7 +387,6 @@ def run_one(scenario: Scenario, mode: str, feature: str, workdir: Path) -> tuple
 
 def run(only=None, features=None, verbose=False, workdir=None):
     """{(scenario, mode, feature): (outcome, detail)}."""
-    from scaffold.catalogue import FEATURES
 
     results = {}
     undo = _install_memo()

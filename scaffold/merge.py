@@ -309,10 +309,10 @@ def merge_text(path: str, base: bytes, yours: bytes, theirs: bytes, *, git: Opti
             options = _resolutions(y, b, t)
             if options:  # both sides only inserted, or the user only added next to the change
                 for option in options:
-                    trial = dict(chosen, **{str(k): option})
-                    text = _join(blocks, lambda i, blk: trial.get(str(i), blk[0]))
+                    trial = {**chosen, k: option}  # other conflicts: yours, for the check
+                    text = _join(blocks, lambda i, blk: trial.get(i, blk[0]))
                     if not python or _compiles_text(text):
-                        chosen[str(k)] = option
+                        chosen[k] = option
                         if b:
                             what = "you added lines next to lines the change rewrote; kept yours"
                         else:
@@ -321,10 +321,10 @@ def merge_text(path: str, base: bytes, yours: bytes, theirs: bytes, *, git: Opti
                             what = f"you and the change both added lines here; kept both ({order})"
                         result.auto_resolved.append(f"{path}:{line}: {what}")
                         break
-            line += len(chosen.get(str(k), _marked(block)))
-        merged = _join(blocks, lambda i, blk: chosen.get(str(i), _marked(blk)))
+            line += len(chosen.get(k, _marked(block)))
+        merged = _join(blocks, lambda i, blk: chosen.get(i, _marked(blk)))
         result.markers = sum(1 for k, blk in enumerate(blocks)
-                             if not isinstance(blk, str) and str(k) not in chosen)
+                             if not isinstance(blk, str) and k not in chosen)
     if python and not result.markers:
         result.leftovers = meaning.find_leftovers(path, merged, gone, mine.text, base_text) if gone else []
         flagged = {int(item.split(":")[1]) for item in result.leftovers}
