@@ -714,8 +714,8 @@ def _scan_unchanged(project: Path, record, result: ChangeResult, gone) -> None:
         except ScaffoldError:
             continue
         text = textio.decode(data, python=True) if data is not None else None
-        if text is not None:
-            result.leftovers += find_leftovers(rel, text.text, gone)
+        if text is not None:  # a name the file binds itself is its own, not a leftover
+            result.leftovers += find_leftovers(rel, text.text, gone, yours=text.text)
 
 
 def _style(project: Path, base_files: dict[str, bytes]):
