@@ -12,11 +12,17 @@ applied. Every file is merged in memory first; the results and the new record (a
 copy, last) are then written as one transaction (`scaffold.render.write_files`): a failure before
 that writes nothing, and a write killed halfway is finished by the next scaffold command.
 
-Choices: adding a feature that is already enabled (or removing one that is not) is an error
-(exit 1, "nothing to do"), so a typo never passes silently. Conflicts leave diff3 markers
-(`<<<<<<< yours`, `||||||| base`, `=======`, `>>>>>>> theirs`) in the files, are listed, and give
-exit status 1; the record already holds the new answers, and the next add/remove refuses to run
-until the markers are gone.
+The per-file engine is `merge_text` (base, yours, theirs -> a checked `TextMerge`): the user's
+encoding and line endings (scaffold.textio), the user's formatting (scaffold.style), conflicts where
+neither side changed what the other did settled and listed, then the merged Python checked for
+names it leaves undefined and for a removed feature's leftovers (scaffold.meaning).
+
+Choices: adding a feature that is already enabled (or removing one that is not) is refused (exit 2,
+"nothing to do"), so a typo never passes silently. Conflicts leave diff3 markers (`<<<<<<< yours`,
+`||||||| base`, `=======`, `>>>>>>> theirs`) in the files; they, the undefined names and the
+leftovers are listed by file and line and give exit status 1 (done, with conflicts to resolve); the
+record already holds the new answers, and the next add/remove refuses to run until the markers are
+gone. A file that cannot be merged as text stops the command before anything is written.
 """
 
 from __future__ import annotations
