@@ -99,16 +99,6 @@ def _git() -> str:
     return git
 
 
-def _is_text(data: bytes) -> bool:
-    if b"\0" in data:
-        return False
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
 def _lf(data: bytes) -> bytes:
     return data.replace(b"\r\n", b"\n")
 
