@@ -94,12 +94,20 @@ def crlf_mixed(files, project):
 
 
 def lf_lines_kept(edited, after) -> str:
-    """The lines the user ended with LF (in a CRLF file) still end with LF."""
-    lf = {line for line in edited["train.py"].split(b"\n")[:-1] if not line.endswith(b"\r")}
-    lines = after.get("train.py", b"").split(b"\n")[:-1]
-    now_crlf = {line[:-1] for line in lines if line.endswith(b"\r")}
-    lost = lf & now_crlf
-    return f"{len(lost)} LF line endings became CRLF" if lost else ""
+    """Each line the user ended with LF (in a CRLF file) that is still there still ends with LF."""
+    import difflib
+
+    def split(data):
+        lines = data.split(b"\n")[:-1]
+        return [line.rstrip(b"\r") for line in lines], [line.endswith(b"\r") for line in lines]
+
+    old, old_cr = split(edited["train.py"])
+    new, new_cr = split(after.get("train.py", b""))
+    changed = 0
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            changed += sum(old_cr[i1 + k] != new_cr[j1 + k] for k in range(i2 - i1))
+    return f"{changed} kept lines changed their line ending" if changed else ""
 
 
 def no_final_newline(files, project):
