@@ -173,8 +173,10 @@ def detect(project: Path, base_files: dict[str, bytes]) -> Optional[Style]:
         mine = yours[main].replace("\r\n", "\n")
         if style.tabs:
             mine = mine.replace("\t", "    ")
-        longest = max((len(line) for line in mine.splitlines()), default=0)
-        if longest > DEFAULT_LINE_LENGTH or longest < DEFAULT_LINE_LENGTH - 12:
+        lengths = [len(line) for line in mine.splitlines()]
+        # a formatter at another length leaves many long lines (or none near 88), a hand edit a few
+        wider = sum(n > DEFAULT_LINE_LENGTH for n in lengths) >= 3
+        if wider or max(lengths, default=0) < DEFAULT_LINE_LENGTH - 12:
             base = base_files[main].decode("utf-8", "replace")
             best, best_score = DEFAULT_LINE_LENGTH, similarity(base, mine)
             for length in CANDIDATE_LINE_LENGTHS:
