@@ -21,7 +21,7 @@ from scaffold import __version__, prompts
 from scaffold.answers import DEFAULT_DESCRIPTION, Answers, check_description, check_name
 from scaffold.catalogue import DEFAULT_TASK, FEATURES, TASKS, closest, did_you_mean
 from scaffold.errors import ScaffoldError, UsageError
-from scaffold.merge import change_feature, feature_diff, project_status
+from scaffold.merge import change_feature, feature_diff, find_project, project_status
 from scaffold.project import new_project
 
 app = typer.Typer(
@@ -207,6 +207,11 @@ def tasks() -> None:
         typer.echo(f"{t.name}{mark}: {t.help}")
 
 
+def _project_dir(project: Path | None) -> Path:
+    """--project DIR, else the generated project this folder is in (searched upwards)."""
+    return Path(project) if project is not None else find_project(Path("."))
+
+
 # Options shared by the project commands (add, remove, diff, status).
 Project = Annotated[
     Path | None,
@@ -263,7 +268,7 @@ def remove_feature(
 
 def _change_feature(name, project, dry_run, allow_dirty, wait, add):
     result = change_feature(
-        Path(project or "."),
+        _project_dir(project),
         name,
         add=add,
         dry_run=dry_run,
@@ -271,8 +276,8 @@ def _change_feature(name, project, dry_run, allow_dirty, wait, add):
         echo=typer.echo,
         wait=wait,
     )
-    if result.conflicts:
-        raise typer.Exit(code=1)
+    if result.exit_code:
+        raise typer.Exit(code=result.exit_code)
 
 
 @diff_app.command("feature", cls=PlainHelp)
@@ -287,7 +292,7 @@ def diff_feature(
     wait: Wait = None,
 ) -> None:
     """Show the patch that a feature contributes to this project."""
-    text = feature_diff(Path(project or "."), name, wait=wait, echo=_note)
+    text = feature_diff(_project_dir(project), name, wait=wait, echo=_note)
     use_color = sys.stdout.isatty() if color is None else color
     for line in text.splitlines():
         if use_color and line.startswith("+") and not line.startswith("+++"):
@@ -303,7 +308,7 @@ def diff_feature(
 @reports_errors
 def status(project: Project = None, wait: Wait = None) -> None:
     """Show the scaffold version, task, features and which generated files you changed."""
-    for line in project_status(Path(project or "."), wait=wait, echo=_note):
+    for line in project_status(_project_dir(project), wait=wait, echo=_note):
         typer.echo(line)
 
 
