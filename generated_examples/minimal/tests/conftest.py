@@ -1,5 +1,5 @@
-"""Shared helpers for this project's tests, which run YOUR train.py, model.py and
-data.py.
+"""Shared helpers for this project's tests, which run YOUR train.py, model.py
+and data.py.
 
 Each test calls `train.main([...])` in this process with tiny settings
 and checks one guarantee of the features this project was generated with; README.md
