@@ -4,7 +4,7 @@ A callback is any object with some of these methods (all keyword arguments); a m
 method is simply not called. train.py calls them in this order:
 
     on_train_start(cfg, step)
-        once, before the first update (step > 0 after a resume)
+        once, before the first update
     on_step_end(step, metrics)
         after every optimizer update; metrics has step, epoch, lr, train_loss (and
         samples_per_s on logging steps)

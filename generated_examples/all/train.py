@@ -271,6 +271,15 @@ def wrap_ddp(model, device: torch.device):
     return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
+def global_denominator(count: int, device: torch.device) -> float:
+    """[ddp] What to divide a summed loss by: the count over all ranks, divided by the
+    number of ranks, because DDP averages the gradients over ranks (it does not sum)."""
+    world_size = dist.get_world_size() if dist.is_initialized() else 1
+    total = all_reduce_sum(torch.tensor(float(count), device=device))
+    denominator = total.item() / world_size
+    return denominator
+
+
 def any_rank(flag: bool, device: torch.device) -> bool:
     """[ddp] True if `flag` is True on any rank: all ranks then leave the loop at the
     same update (a rank that left alone would hang the others' next collective)."""
@@ -434,7 +443,7 @@ def save_weights(path: Path, model, meta: dict, **extra) -> None:
     torch.save({"model": model.state_dict(), **meta, **extra}, path)
 
 
-# --- checkpoints (resume) ------------------------------------------------------------
+# --- checkpoints [resume] ------------------------------------------------------------
 
 
 def checkpoint(objects, meta, step, epoch, batches_done, best) -> dict:
@@ -606,9 +615,9 @@ def set_rng_states(states: dict) -> None:
 
 
 def all_ranks_rng_states() -> list[dict]:
-    """[ddp] rng_states() of every rank, in rank order: each rank draws its own random
-    numbers (dropout masks of its own batch shapes, on its own GPU), so each rank
-    resumes from its own. A collective: every rank must call it."""
+    """[ddp] [resume] rng_states() of every rank, in rank order: each rank draws its
+    own random numbers (dropout masks of its own batch shapes, on its own GPU), so each
+    rank resumes from its own. A collective: every rank must call it."""
     if not dist.is_initialized():
         return [rng_states()]
     states = [None] * dist.get_world_size()
@@ -660,7 +669,6 @@ def main(argv: list[str] | None = None) -> dict:
     step = 0
     best = {"score": None, "epoch": 0}  # the best validation so far (lower is better)
 
-    # --- resume ---
     # [resume] a checkpoint holds the state of `objects`, the counters and `meta`
     objects = {"model": model, "optimizer": optimizer, "scheduler": scheduler}
     objects["scaler"] = scaler  # [amp]
@@ -710,10 +718,7 @@ def main(argv: list[str] | None = None) -> dict:
             for window in windows(loader, cfg.grad_accum_steps):  # [grad-accum]
                 # [grad-accum] losses / the whole window's size: K x b == a batch of K*b
                 denominator = sum(len(targets) for _, targets in window)
-                # [ddp] divide by the global count; DDP averages gradients: / world_size
-                total = all_reduce_sum(torch.tensor(float(denominator), device=device))
-                denominator = total.item() / world_size
-
+                denominator = global_denominator(denominator, device)  # [ddp]
                 window_loss = torch.zeros((), device=device)
                 for i, (inputs, targets) in enumerate(window):
                     inputs, targets = inputs.to(device), targets.to(device)
@@ -822,7 +827,7 @@ def main(argv: list[str] | None = None) -> dict:
                 at_epoch, batches_done = epoch + 1, 0
             state = checkpoint(objects, meta, step, at_epoch, batches_done, best)
             save_checkpoint(state, out_dir, cfg.keep_checkpoints)
-    except Exception as exc:
+    except Exception as exc:  # [callbacks]
         # [callbacks] tell the callbacks, then let the exception propagate
         cb.run_hooks(callbacks, "on_exception", exc=exc)
         raise
@@ -830,7 +835,7 @@ def main(argv: list[str] | None = None) -> dict:
         progress.close()
         cb.run_hooks(callbacks, "on_train_end", step=step)  # [callbacks] always, last
         if tb_writer:  # [tensorboard] [ddp] rank 0 has one
-            tb_writer.close()  # [tensorboard]
+            tb_writer.close()  # [tensorboard] [ddp]
         if distributed:  # [ddp] on every exit path
             dist.destroy_process_group()  # [ddp]
 

@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> dict:
             if cb.run_hooks(callbacks, "on_validation_end", **at, metrics=metrics):
                 stop = True
             cb.run_hooks(callbacks, "on_epoch_end", **at)
-    except Exception as exc:
+    except Exception as exc:  # [callbacks]
         # [callbacks] tell the callbacks, then let the exception propagate
         cb.run_hooks(callbacks, "on_exception", exc=exc)
         raise

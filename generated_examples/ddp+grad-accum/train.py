@@ -218,6 +218,15 @@ def wrap_ddp(model, device: torch.device):
     return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
+def global_denominator(count: int, device: torch.device) -> float:
+    """[ddp] What to divide a summed loss by: the count over all ranks, divided by the
+    number of ranks, because DDP averages the gradients over ranks (it does not sum)."""
+    world_size = dist.get_world_size() if dist.is_initialized() else 1
+    total = all_reduce_sum(torch.tensor(float(count), device=device))
+    denominator = total.item() / world_size
+    return denominator
+
+
 def any_rank(flag: bool, device: torch.device) -> bool:
     """[ddp] True if `flag` is True on any rank: all ranks then leave the loop at the
     same update (a rank that left alone would hang the others' next collective)."""
@@ -410,10 +419,7 @@ def main(argv: list[str] | None = None) -> dict:
             for window in windows(loader, cfg.grad_accum_steps):  # [grad-accum]
                 # [grad-accum] losses / the whole window's size: K x b == a batch of K*b
                 denominator = sum(len(targets) for _, targets in window)
-                # [ddp] divide by the global count; DDP averages gradients: / world_size
-                total = all_reduce_sum(torch.tensor(float(denominator), device=device))
-                denominator = total.item() / world_size
-
+                denominator = global_denominator(denominator, device)  # [ddp]
                 window_loss = torch.zeros((), device=device)
                 for i, (inputs, targets) in enumerate(window):
                     inputs, targets = inputs.to(device), targets.to(device)

@@ -229,6 +229,15 @@ def wrap_ddp(model, device: torch.device):
     return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
+def global_denominator(count: int, device: torch.device) -> float:
+    """[ddp] What to divide a summed loss by: the count over all ranks, divided by the
+    number of ranks, because DDP averages the gradients over ranks (it does not sum)."""
+    world_size = dist.get_world_size() if dist.is_initialized() else 1
+    total = all_reduce_sum(torch.tensor(float(count), device=device))
+    denominator = total.item() / world_size
+    return denominator
+
+
 def any_rank(flag: bool, device: torch.device) -> bool:
     """[ddp] True if `flag` is True on any rank: all ranks then leave the loop at the
     same update (a rank that left alone would hang the others' next collective)."""
@@ -343,7 +352,7 @@ def save_weights(path: Path, model, meta: dict, **extra) -> None:
     torch.save({"model": model.state_dict(), **meta, **extra}, path)
 
 
-# --- checkpoints (resume) ------------------------------------------------------------
+# --- checkpoints [resume] ------------------------------------------------------------
 
 
 def checkpoint(objects, meta, step, epoch, batches_done, best) -> dict:
@@ -510,9 +519,9 @@ def set_rng_states(states: dict) -> None:
 
 
 def all_ranks_rng_states() -> list[dict]:
-    """[ddp] rng_states() of every rank, in rank order: each rank draws its own random
-    numbers (dropout masks of its own batch shapes, on its own GPU), so each rank
-    resumes from its own. A collective: every rank must call it."""
+    """[ddp] [resume] rng_states() of every rank, in rank order: each rank draws its
+    own random numbers (dropout masks of its own batch shapes, on its own GPU), so each
+    rank resumes from its own. A collective: every rank must call it."""
     if not dist.is_initialized():
         return [rng_states()]
     states = [None] * dist.get_world_size()
@@ -561,7 +570,6 @@ def main(argv: list[str] | None = None) -> dict:
     step = 0
     best = {"score": None, "epoch": 0}  # the best validation so far (lower is better)
 
-    # --- resume ---
     # [resume] a checkpoint holds the state of `objects`, the counters and `meta`
     objects = {"model": model, "optimizer": optimizer, "scheduler": scheduler}
     meta["world_size"] = world_size  # [ddp] a resume needs the same number of ranks
@@ -599,10 +607,8 @@ def main(argv: list[str] | None = None) -> dict:
             loader = make_loader(train_set, cfg, order, loader_generator)
             for inputs, targets in loader:
                 inputs, targets = inputs.to(device), targets.to(device)
-                # [ddp] divide by the global count; DDP averages gradients: / world_size
-                count = torch.tensor(float(len(targets)), device=device)
-                denominator = all_reduce_sum(count).item() / world_size
-
+                count = len(targets)  # [ddp]
+                denominator = global_denominator(count, device)  # [ddp]
                 logits = ddp_model(inputs)  # [ddp]
                 loss = (
                     F.cross_entropy(logits, targets, reduction="sum") / denominator

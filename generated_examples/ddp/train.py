@@ -214,6 +214,15 @@ def wrap_ddp(model, device: torch.device):
     return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
+def global_denominator(count: int, device: torch.device) -> float:
+    """[ddp] What to divide a summed loss by: the count over all ranks, divided by the
+    number of ranks, because DDP averages the gradients over ranks (it does not sum)."""
+    world_size = dist.get_world_size() if dist.is_initialized() else 1
+    total = all_reduce_sum(torch.tensor(float(count), device=device))
+    denominator = total.item() / world_size
+    return denominator
+
+
 def any_rank(flag: bool, device: torch.device) -> bool:
     """[ddp] True if `flag` is True on any rank: all ranks then leave the loop at the
     same update (a rank that left alone would hang the others' next collective)."""
@@ -391,10 +400,8 @@ def main(argv: list[str] | None = None) -> dict:
             loader = make_loader(train_set, cfg, order, loader_generator)
             for inputs, targets in loader:
                 inputs, targets = inputs.to(device), targets.to(device)
-                # [ddp] divide by the global count; DDP averages gradients: / world_size
-                count = torch.tensor(float(len(targets)), device=device)
-                denominator = all_reduce_sum(count).item() / world_size
-
+                count = len(targets)  # [ddp]
+                denominator = global_denominator(count, device)  # [ddp]
                 logits = ddp_model(inputs)  # [ddp]
                 loss = (
                     F.cross_entropy(logits, targets, reduction="sum") / denominator

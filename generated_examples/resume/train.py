@@ -269,7 +269,7 @@ def save_weights(path: Path, model, meta: dict, **extra) -> None:
     torch.save({"model": model.state_dict(), **meta, **extra}, path)
 
 
-# --- checkpoints (resume) ------------------------------------------------------------
+# --- checkpoints [resume] ------------------------------------------------------------
 
 
 def checkpoint(objects, meta, step, epoch, batches_done, best) -> dict:
@@ -453,7 +453,6 @@ def main(argv: list[str] | None = None) -> dict:
     step = 0
     best = {"score": None, "epoch": 0}  # the best validation so far (lower is better)
 
-    # --- resume ---
     # [resume] a checkpoint holds the state of `objects`, the counters and `meta`
     objects = {"model": model, "optimizer": optimizer, "scheduler": scheduler}
     start_epoch, batches_done = 0, 0  # a resumed run starts mid-epoch
