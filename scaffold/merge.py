@@ -340,7 +340,7 @@ def merge_text(
             if options:  # both sides only inserted, or the user only added next to the change
                 for option in options:
                     trial = {**chosen, k: option}  # other conflicts: yours, for the check
-                    text = _join(blocks, lambda i, blk: trial.get(i, blk[0]))
+                    text = _join(blocks, lambda i, blk, trial=trial: trial.get(i, blk[0]))
                     if not python or _compiles_text(text):
                         chosen[k] = option
                         if b:
