@@ -133,14 +133,13 @@ def scaler_line(files, project):
 
 
 def moved_amp(files, project):
-    """amp's setup block moved below the data section, resolve_precision moved to the end."""
+    """amp's setup call moved below the data section, setup_precision moved to the end."""
     text = files["train.py"].decode()
-    setup = re.search(r"    # \[amp\] autocast runs.*?    print\(f\"precision: \{precision\}\"\)\n",
-                      text, re.S).group(0)
-    text = text.replace(setup, "")
+    call = re.search(r"    autocast, scaler = setup_precision\(.*?\n", text).group(0)
+    text = text.replace(call, "")
     text = text.replace("    # --- model and optimizer ---\n",
-                        setup + "\n    # --- model and optimizer ---\n", 1)
-    helper = re.search(r"def resolve_precision\(.*?\n\n\n", text, re.S).group(0)
+                        call + "\n    # --- model and optimizer ---\n", 1)
+    helper = re.search(r"def setup_precision\(.*?\n\n\n", text, re.S).group(0)
     text = text.replace(helper, "")
     text = text.replace('\n\nif __name__ == "__main__":', "\n\n" + helper.rstrip("\n")
                         + '\n\n\nif __name__ == "__main__":', 1)
