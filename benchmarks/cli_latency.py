@@ -96,7 +96,7 @@ class Setup:
         return ["--data", f"project_name={name}", "--data", f"scaffold_version={self.version}"]
 
     def scaffold_project(self) -> Path:
-        from scaffold.render import write_new_project
+        from scaffold.write import write_new_project
 
         dest = self.fresh_dir("scaffold-add")
         write_new_project(dest, self.scaffold_files)
