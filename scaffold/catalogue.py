@@ -62,6 +62,11 @@ FEATURES: dict[str, Feature] = {
             "ddp",
             "DistributedDataParallel with torchrun, one node or many (gloo on CPU, nccl on CUDA).",
         ),
+        Feature(
+            "export",
+            "export.py: ONNX (checked with onnxruntime), TorchScript, torch.export program.",
+            packages=("onnx", "onnxscript", "onnxruntime"),
+        ),
     )
 }
 
@@ -128,7 +133,8 @@ def resolve_features(
 
 def packages_for(task: str, features: list[str]) -> list[str]:
     """Run-time packages of a generated project besides torch and the standard library."""
-    packages = ["tqdm", *TASKS[task].packages]
+    # tqdm for train.py; matplotlib and scikit-learn for evaluate.py and plot.py
+    packages = ["tqdm", "matplotlib", "scikit-learn", *TASKS[task].packages]
     for name in features:
         packages.extend(FEATURES[name].packages)
     return packages
