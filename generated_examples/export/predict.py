@@ -11,9 +11,9 @@ probabilities.
 Rows go to --output (.jsonl or .csv) or, without it, to stdout as JSON lines. The model
 and the image size come from the checkpoint; images get the evaluation transforms of
 training, never the augmentation.
-Inputs are predicted in batches on the best device. An input that cannot be read
-(not an image, a damaged file) is reported by name and skipped; the exit
-status is then 1.
+Inputs are predicted in batches on the best device.
+A file that cannot be read (not an image, a damaged file) is reported by name and
+skipped; the exit status is then 1.
 """
 
 from __future__ import annotations
@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     classes = data_info["classes"]
     transform = transforms(cfg.image_size, False)  # never the training augmentation
     items = list_inputs(args.inputs)
+    if not items:
+        sys.exit(f"error: no inputs in {' '.join(args.inputs)}")
     rows, failed = [], 0
     for start in range(0, len(items), args.batch_size):
         batch = items[start : start + args.batch_size]

@@ -11,9 +11,9 @@ One row per input: its name (file:line), the --top-k predicted labels and their
 probabilities.
 Rows go to --output (.jsonl or .csv) or, without it, to stdout as JSON lines. The model
 and the vocabulary come from the checkpoint, used as evaluate.py uses them.
-Inputs are predicted in batches on the best device. An input that cannot be read
-(an empty line) is reported by name and skipped; the exit
-status is then 1.
+Inputs are predicted in batches on the best device.
+An empty line or an unreadable file is reported by name and skipped; the exit status
+is then 1.
 """
 
 from __future__ import annotations
@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     classes = data_info["classes"]
     ids = {word: i for i, word in enumerate(data_info["vocab"])}
     items = list_inputs(args.inputs)
+    if not items:
+        sys.exit(f"error: no inputs in {' '.join(args.inputs)}")
     rows, failed = [], 0
     for start in range(0, len(items), args.batch_size):
         batch = items[start : start + args.batch_size]

@@ -12,9 +12,9 @@ One row per sentence: its name (file:line), its words, the predicted tag of each
 and that tag's probability.
 Rows go to --output (.jsonl or .csv) or, without it, to stdout as JSON lines. The model
 and the vocabulary come from the checkpoint, used as evaluate.py uses them.
-Inputs are predicted in batches on the best device. An input that cannot be read
-(an empty line) is reported by name and skipped; the exit
-status is then 1.
+Inputs are predicted in batches on the best device.
+An empty line or an unreadable file is reported by name and skipped; the exit status
+is then 1.
 Sentences longer than the model's max_length get tags for their first max_length words.
 """
 
@@ -119,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     tag_names = data_info["tags"]
     ids = {word: i for i, word in enumerate(data_info["vocab"])}
     items = list_inputs(args.inputs)
+    if not items:
+        sys.exit(f"error: no inputs in {' '.join(args.inputs)}")
     rows, failed = [], 0
     for start in range(0, len(items), args.batch_size):
         batch = items[start : start + args.batch_size]
