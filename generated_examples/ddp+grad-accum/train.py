@@ -41,6 +41,7 @@ from tqdm import tqdm
 
 from data import build_datasets
 from model import build_model
+from plot import plot_curves
 
 METRIC_COLUMNS = [
     "step",
@@ -478,6 +479,9 @@ def main(argv: list[str] | None = None) -> dict:
             dist.destroy_process_group()  # [ddp]
 
     save_weights(out_dir / "final.pt", model, meta, step=step)
+    # [ddp] rank 0 draws the curves
+    if global_rank() == 0:
+        plot_curves([out_dir], out_dir / "curves.png")  # loss and metrics: plot.py
     final = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
     print(f"done: {step} updates; final {final}; outputs in {out_dir}")
     return metrics

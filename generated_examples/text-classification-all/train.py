@@ -51,6 +51,7 @@ from tqdm import tqdm
 import callbacks as cb  # [callbacks]
 from data import build_datasets, collate
 from model import build_model
+from plot import plot_curves
 
 METRIC_COLUMNS = [
     "step",
@@ -853,6 +854,9 @@ def main(argv: list[str] | None = None) -> dict:
             dist.destroy_process_group()  # [ddp]
 
     save_weights(out_dir / "final.pt", raw_model, meta, step=step)  # [compile]
+    # [ddp] rank 0 draws the curves
+    if global_rank() == 0:
+        plot_curves([out_dir], out_dir / "curves.png")  # loss and metrics: plot.py
     final = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
     print(f"done: {step} updates; final {final}; outputs in {out_dir}")
     return metrics
