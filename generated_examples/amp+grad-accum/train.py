@@ -391,7 +391,10 @@ def main(argv: list[str] | None = None) -> dict:
                 scaler.update()
                 optimizer.zero_grad(set_to_none=True)
                 if scaler.get_scale() < scale:
-                    tqdm.write(f"step {step + 1}: update skipped, fp16 overflow")
+                    tqdm.write(
+                        f"step {step + 1}: update skipped, fp16 gradients overflowed "
+                        f"(loss scale now {scaler.get_scale():g})"
+                    )
                     continue
 
                 scheduler.step()
