@@ -62,6 +62,10 @@ FEATURES: dict[str, Feature] = {
             "ddp",
             "DistributedDataParallel with torchrun, one node or many (gloo on CPU, nccl on CUDA).",
         ),
+        Feature(
+            "pretrained",
+            "Fine-tune a pretrained backbone: timm for images, Hugging Face transformers for text.",
+        ),
     )
 }
 
@@ -126,9 +130,18 @@ def resolve_features(
     return [name for name in catalogue if name in chosen]
 
 
+# Packages a feature needs only for some tasks: (feature, task) -> packages
+TASK_FEATURE_PACKAGES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("pretrained", "image-classification"): ("timm", "safetensors"),
+    ("pretrained", "text-classification"): ("transformers", "tokenizers", "safetensors"),
+    ("pretrained", "token-classification"): ("transformers", "tokenizers", "safetensors"),
+}
+
+
 def packages_for(task: str, features: list[str]) -> list[str]:
     """Run-time packages of a generated project besides torch and the standard library."""
     packages = ["tqdm", *TASKS[task].packages]
     for name in features:
         packages.extend(FEATURES[name].packages)
+        packages.extend(TASK_FEATURE_PACKAGES.get((name, task), ()))
     return packages

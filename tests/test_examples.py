@@ -85,9 +85,19 @@ def test_unselected_features_leave_no_trace():
 
 @pytest.mark.slow
 def test_every_example_trains_a_few_steps(tmp_path):
+    import tiny_models
+
+    # `pretrained` examples load tiny models built here instead of downloading one
+    pretrained = {
+        "image-classification": ["--model", "test_resnet", "--image-size", "32",
+                                 "--weights", str(tiny_models.timm_weights(tmp_path / "timm.safetensors"))],
+        "text-classification": ["--model", str(tiny_models.bert(tmp_path / "bert"))],
+    }
+    pretrained["token-classification"] = pretrained["text-classification"]
     jobs = [
-        {"project": ROOT / name, "args": [*TINY, "--epochs", "2", "--max-steps", "3", "--out-dir", str(tmp_path / name)]}
-        for name in EXAMPLES
+        {"project": ROOT / name, "args": [*TINY, "--epochs", "2", "--max-steps", "3", "--out-dir", str(tmp_path / name),
+                                          *(pretrained[task] if "pretrained" in features else [])]}
+        for name, (task, features) in EXAMPLES.items()
     ]
     results = run_jobs(jobs, tmp_path)
     for name, result in zip(EXAMPLES, results):

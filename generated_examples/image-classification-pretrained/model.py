@@ -1,0 +1,49 @@
+"""The model: a pretrained timm backbone with a new classification head for our
+classes."""
+
+from pathlib import Path
+
+import timm
+from timm.models import save_for_hf
+from torch import nn
+
+
+def build_model(cfg, data_info: dict) -> nn.Module:
+    """[pretrained] timm.create_model(pretrained=True) downloads the backbone's weights
+    (or reads --weights: safetensors or a torch state dict) and replaces its classifier
+    by a new one for our classes; everything else keeps its pretrained values."""
+    overlay = {"file": str(Path(cfg.weights).resolve())} if cfg.weights else None
+    try:
+        return timm.create_model(
+            cfg.model,
+            pretrained=True,
+            num_classes=len(data_info["classes"]),
+            pretrained_cfg_overlay=overlay,
+        )
+    except (OSError, RuntimeError, ValueError) as exc:
+        reason = (
+            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        )
+        source = f"--weights {cfg.weights}" if cfg.weights else "the hub (no network?)"
+        raise SystemExit(
+            f"error: --model {cfg.model}: cannot load its weights from {source} "
+            f"({reason}); pass a weights file made for this model with --weights PATH"
+        ) from None
+
+
+def split_parameters(model: nn.Module) -> tuple[list, list]:
+    """[pretrained] (backbone parameters, new head parameters)."""
+    head = {id(p) for p in model.get_classifier().parameters()}
+    backbone = [p for p in model.parameters() if id(p) not in head]
+    return backbone, list(model.get_classifier().parameters())
+
+
+def export(model: nn.Module, folder: Path, data_info: dict) -> None:
+    """[pretrained] model.safetensors + config.json: timm.create_model(
+    "local-dir:FOLDER", pretrained=True) loads it without this code."""
+    save_for_hf(
+        model,
+        folder,
+        model_config={"label_names": data_info["classes"]},
+        safe_serialization=True,
+    )
