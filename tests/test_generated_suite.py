@@ -38,6 +38,8 @@ pytestmark = pytest.mark.slow
 
 # every feature for each task, and the plain loop; the rest only with SCAFFOLD_ALL_SUITES=1
 ALWAYS = ["all", "text-classification-all", "token-classification-all", "minimal"]
+# [pretrained] every feature with a pretrained (tiny, offline) transformer and sub-word tokens
+ALWAYS += ["token-classification-pretrained-all"]
 SUITES = list(EXAMPLES) if os.environ.get("SCAFFOLD_ALL_SUITES") else ALWAYS
 TIMEOUT = 1200  # seconds for any one subprocess; a hang is a failure, not a stuck run
 

@@ -87,3 +87,50 @@ def timm_weights(path: Path, seed: int = 0) -> Path:
     model = timm.create_model("test_resnet", num_classes=1000)
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
     return Path(path)
+
+
+# Trained tokenizers break ties between equally frequent pieces in no fixed order, so a test that
+# checks exact pieces uses these two, built from a fixed vocabulary: the same pieces every time.
+FIXED_WORDPIECE = ["gra", "##ce", "ho", "##pp", "##er", "vis", "##ited", "cape", "town", "yes", "##ter", "##day"]
+FIXED_MERGES = ["Ġ v", "i s", "Ġv is", "i t", "e d", "it ed", "Ġ y", "e s"]
+
+
+def fixed_wordpiece(path: Path, model_from: Path) -> Path:
+    """A WordPiece tokenizer with the vocabulary FIXED_WORDPIECE, beside `model_from`'s model."""
+    import shutil
+
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *FIXED_WORDPIECE])}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    Path(path).mkdir(parents=True)
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(Path(model_from, name), Path(path, name))
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]",
+    ).save_pretrained(path)
+    return Path(path)
+
+
+def fixed_bpe(path: Path, model_from: Path) -> Path:
+    """A RoBERTa byte-level BPE tokenizer: the 256 byte symbols and the merges FIXED_MERGES."""
+    import json
+    import shutil
+
+    from tokenizers import pre_tokenizers
+    from transformers import RobertaTokenizer
+
+    symbols = ["<s>", "<pad>", "</s>", "<unk>", "<mask>", *sorted(pre_tokenizers.ByteLevel.alphabet())]
+    symbols += [m.replace(" ", "") for m in FIXED_MERGES]
+    Path(path).mkdir(parents=True)
+    Path(path, "vocab.json").write_text(json.dumps({s: i for i, s in enumerate(symbols)}))
+    Path(path, "merges.txt").write_text("#version: 0.2\n" + "\n".join(FIXED_MERGES) + "\n")
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(Path(model_from, name), Path(path, name))
+    RobertaTokenizer(vocab=str(Path(path, "vocab.json")), merges=str(Path(path, "merges.txt"))).save_pretrained(path)
+    return Path(path)

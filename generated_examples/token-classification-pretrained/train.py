@@ -302,14 +302,12 @@ def main(argv: list[str] | None = None) -> dict:
         {"params": backbone, "lr": cfg.lr * cfg.backbone_lr_scale},
     ]
     optimizer = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    frozen_steps = updates_per_epoch * cfg.freeze_backbone_epochs
-    head_factor = lambda s: lr_factor(s, cfg.warmup_steps, total_steps)  # noqa: E731
-    backbone_factor = lambda s: (
-        0.0 if s < frozen_steps else head_factor(s)
-    )  # noqa: E731
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, [head_factor, backbone_factor]
-    )
+    warmup, frozen = cfg.warmup_steps, updates_per_epoch * cfg.freeze_backbone_epochs
+    factors = [
+        lambda s: lr_factor(s, warmup, total_steps),
+        lambda s: lr_factor(s, warmup, total_steps) if s >= frozen else 0.0,
+    ]
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factors)
     parameters = sum(p.numel() for p in raw_model.parameters())
     print(
         f"{parameters:,} parameters; {len(train_set):,} training samples; "

@@ -19,8 +19,7 @@ def test_compiled_run_saves_plain_module_keys(tmp_path, monkeypatch):
         return compile(model, backend="eager")
 
     monkeypatch.setattr(torch, "compile", compile_with_eager_backend)
-    # one update of one layer: a single, short trace (a new padded length traces again)
-    run_main(tmp_path, "--compile", "--max-steps", 1, "--num-layers", 1)
+    run_main(tmp_path, "--compile", "--max-steps", 1)  # one update: a single trace
     assert compiled, "--compile did not call torch.compile"
     for path in sorted(tmp_path.glob("*.pt")):
         checkpoint = load(tmp_path, path.name)
