@@ -4,6 +4,8 @@ classes."""
 from pathlib import Path
 
 import timm
+import torch
+from safetensors.torch import load_file
 from timm.models import save_for_hf
 from torch import nn
 
@@ -14,12 +16,14 @@ def build_model(cfg, data_info: dict) -> nn.Module:
     by a new one for our classes; everything else keeps its pretrained values."""
     overlay = {"file": str(Path(cfg.weights).resolve())} if cfg.weights else None
     try:
-        return timm.create_model(
+        model = timm.create_model(
             cfg.model,
             pretrained=True,
             num_classes=len(data_info["classes"]),
             pretrained_cfg_overlay=overlay,
         )
+        if cfg.weights:
+            check_weights_file(cfg.weights, model)
     except (OSError, RuntimeError, ValueError) as exc:
         reason = (
             str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -29,6 +33,22 @@ def build_model(cfg, data_info: dict) -> nn.Module:
             f"error: --model {cfg.model}: cannot load its weights from {source} "
             f"({reason}); pass a weights file made for this model with --weights PATH"
         ) from None
+    return model
+
+
+def check_weights_file(path: str, model: nn.Module) -> None:
+    """[pretrained] timm loads a weights file leniently when it replaces the head (keys
+    that do not match are skipped): make sure the file held every backbone tensor."""
+    if path.endswith(".safetensors"):
+        state = load_file(path)
+    else:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    head = model.pretrained_cfg["classifier"] + "."
+    missing = [
+        k for k in model.state_dict() if k not in state and not k.startswith(head)
+    ]
+    if missing:
+        raise ValueError(f"it lacks {len(missing)} backbone tensors, e.g. {missing[0]}")
 
 
 def split_parameters(model: nn.Module) -> tuple[list, list]:
