@@ -245,3 +245,26 @@ def test_cli_never_imports_timm_or_transformers(tmp_path):
                           cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout + proc.stderr
     assert (tmp_path / "p" / "tests" / "test_pretrained.py").is_file()
+
+
+def test_add_and_remove_feature_pretrained_in_an_existing_project(tmp_path):
+    """`scaffold add feature pretrained` gives the files `new -f pretrained` gives; remove undoes
+    it. (Into a model.py the user edited it is a conflict: pretrained replaces that model.)"""
+    from conftest import scaffold_cli
+
+    def sources(folder: Path) -> dict:
+        return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*")
+                if p.is_file() and ".scaffold" not in p.parts}
+
+    project, fresh = tmp_path / "p", tmp_path / "fresh" / "p"
+    fresh.parent.mkdir()
+    for args in ((str(project),), (str(fresh), "-f", "pretrained")):
+        made = scaffold_cli("new", *args, "--task", "token-classification")
+        assert made.returncode == 0, made.stderr
+    before = sources(project)
+    added = scaffold_cli("add", "feature", "pretrained", "--project", str(project))
+    assert added.returncode == 0, added.stdout + added.stderr
+    assert {k: v for k, v in sources(project).items() if "backup" not in k} == sources(fresh)
+    removed = scaffold_cli("remove", "feature", "pretrained", "--project", str(project))
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+    assert {k: v for k, v in sources(project).items() if "backup" not in k} == before
