@@ -24,7 +24,8 @@ if str(REPO) not in sys.path:  # import scaffold from this checkout even if it i
     sys.path.insert(1, str(REPO))
 
 # The generated projects the training benchmarks use (image-classification task).
-# "all-ddp": every feature except ddp (ddp is a launcher feature; see gpu.py for DDP).
+# "all-ddp": every feature except ddp (ddp is a launcher feature; see gpu.py for DDP) and
+# pretrained (it swaps the model for a downloaded one).
 PROJECT_FEATURES = {
     "minimal": [],
     "amp+grad-accum": ["amp", "grad-accum"],
@@ -34,7 +35,7 @@ PROJECT_FEATURES = {
 def all_but_ddp() -> list[str]:
     from scaffold.catalogue import FEATURES
 
-    return [name for name in FEATURES if name != "ddp"]
+    return [name for name in FEATURES if name not in ("ddp", "pretrained")]
 
 
 def project_features(name: str) -> list[str]:

@@ -69,6 +69,10 @@ FEATURES: dict[str, Feature] = {
             "export.py: ONNX (checked with onnxruntime), TorchScript, torch.export program.",
             packages=("onnx>=1.17", "onnxscript>=0.3", "onnxruntime>=1.20"),
         ),
+        Feature(
+            "pretrained",
+            "Fine-tune a pretrained backbone: timm for images, Hugging Face transformers for text.",
+        ),
     )
 }
 
@@ -150,9 +154,26 @@ def resolve_features(
     return [name for name in catalogue if name in chosen]
 
 
+# Packages a feature needs only for some tasks: (feature, task) -> requirement lines
+TASK_FEATURE_PACKAGES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("pretrained", "image-classification"): ("timm>=1.0", "safetensors>=0.4"),
+    ("pretrained", "text-classification"): (
+        "transformers>=4.40",
+        "tokenizers>=0.19",
+        "safetensors>=0.4",
+    ),
+    ("pretrained", "token-classification"): (
+        "transformers>=4.40",
+        "tokenizers>=0.19",
+        "safetensors>=0.4",
+    ),
+}
+
+
 def requirements(task: str, features) -> list[str]:
     """The lines of a generated project's requirements.txt: one source of truth, this catalogue."""
     lines = [*CORE_PACKAGES, *TASKS[task].packages, *LOOP_PACKAGES]
     for name in features:
-        lines += [f"{package}  # [{name}]" for package in FEATURES[name].packages]
+        packages = (*FEATURES[name].packages, *TASK_FEATURE_PACKAGES.get((name, task), ()))
+        lines += [f"{package}  # [{name}]" for package in packages]
     return [*lines, *TEST_PACKAGES]

@@ -15,21 +15,31 @@ from pathlib import Path
 
 from scaffold.catalogue import FEATURES
 
+# `all`: every from-scratch feature; `pretrained` swaps the model and has its own examples
+ALL = [f for f in FEATURES if f != "pretrained"]
+
 # name -> (task, features)
 EXAMPLES: dict[str, tuple[str, list[str]]] = {
     "minimal": ("image-classification", []),
-    **{name: ("image-classification", [name]) for name in FEATURES},
+    **{name: ("image-classification", [name]) for name in ALL},
     "amp+grad-accum": ("image-classification", ["amp", "grad-accum"]),
     "resume+amp+grad-accum": ("image-classification", ["amp", "grad-accum", "resume"]),
     "callbacks+early-stopping": ("image-classification", ["callbacks", "early-stopping"]),
     "ddp+grad-accum": ("image-classification", ["ddp", "grad-accum"]),
     "ddp+resume": ("image-classification", ["ddp", "resume"]),
-    "all": ("image-classification", list(FEATURES)),
+    "all": ("image-classification", ALL),
     "text-classification-minimal": ("text-classification", []),
-    "text-classification-all": ("text-classification", list(FEATURES)),
+    "text-classification-all": ("text-classification", ALL),
     "text-classification+export": ("text-classification", ["export"]),
     "token-classification-minimal": ("token-classification", []),
-    "token-classification-all": ("token-classification", list(FEATURES)),
+    "token-classification-all": ("token-classification", ALL),
+    "image-classification-pretrained": ("image-classification", ["pretrained"]),
+    "text-classification-pretrained": ("text-classification", ["pretrained"]),
+    "token-classification-pretrained": ("token-classification", ["pretrained"]),
+    "token-classification-pretrained-all": (
+        "token-classification",
+        [f for f in FEATURES if f != "export"],
+    ),
 }
 
 ROOT = Path(__file__).resolve().parent.parent / "generated_examples"

@@ -38,6 +38,8 @@ pytestmark = pytest.mark.slow
 
 # every feature for each task, and the plain loop; the rest only with SCAFFOLD_ALL_SUITES=1
 ALWAYS = ["all", "text-classification-all", "token-classification-all", "minimal"]
+# [pretrained] every feature with a pretrained (tiny, offline) transformer and sub-word tokens
+ALWAYS += ["token-classification-pretrained-all"]
 SUITES = list(EXAMPLES) if os.environ.get("SCAFFOLD_ALL_SUITES") else ALWAYS
 TIMEOUT = 1200  # seconds for any one subprocess; a hang is a failure, not a stuck run
 
@@ -257,6 +259,17 @@ MUTATIONS = {
     "compile-saves-wrapper-keys": Mutation(
         "all", "train.py", edit_statement('out_dir / "final.pt"', "raw_model", "model"),
         "test_compile.py::test_compiled_run_saves_plain_module_keys",
+    ),
+    # [pretrained] the backbone starts from the pretrained weights, only the head is new
+    "pretrained-random-backbone": Mutation(
+        "token-classification-pretrained-all", "model.py",
+        replace_pattern(r"PretrainedTagger\(transformer,", "PretrainedTagger(type(transformer)(transformer.config),"),
+        "test_pretrained.py::test_backbone_starts_from_the_pretrained_weights_only_the_head_is_new",
+    ),
+    # [pretrained] --freeze-backbone-epochs keeps the backbone's lr at 0
+    "pretrained-freeze-ignored": Mutation(
+        "token-classification-pretrained-all", "train.py", replace_pattern(r"if s >= frozen else 0\.0", "if True else 0.0"),
+        "test_pretrained.py::test_frozen_backbone_is_not_updated_but_the_head_is",
     ),
 }
 

@@ -375,8 +375,7 @@ def main(argv: list[str] | None = None) -> dict:
         train_set, val_set, data_info = build_datasets(cfg)
     except (OSError, ValueError) as exc:
         sys.exit(f"error: {exc}")
-    # what every .pt file holds besides the weights: the config and the data's classes
-    meta = {"config": dataclasses.asdict(cfg), "data": data_info}
+    meta = {"config": dataclasses.asdict(cfg), "data": data_info}  # in every .pt file
     # [ddp] each rank trains and validates on its own shard (see shard())
     train_sampler, val_set = shard(train_set, val_set, rank, world_size, cfg.seed)
     batches_per_epoch = math.ceil(len(train_sampler) / cfg.batch_size)
@@ -480,9 +479,8 @@ def main(argv: list[str] | None = None) -> dict:
             dist.destroy_process_group()  # [ddp]
 
     save_weights(out_dir / "final.pt", model, meta, step=step)
-    # [ddp] rank 0 draws the curves
-    if global_rank() == 0:
-        plot_curves([out_dir], out_dir / "curves.png")  # loss and metrics: plot.py
+    if global_rank() == 0:  # [ddp] rank 0 draws the curves
+        plot_curves([out_dir], out_dir / "curves.png")  # [ddp] see plot.py
     final = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
     print(f"done: {step} updates; final {final}; outputs in {out_dir}")
     return metrics

@@ -273,8 +273,7 @@ def main(argv: list[str] | None = None) -> dict:
         train_set, val_set, data_info = build_datasets(cfg)
     except (OSError, ValueError) as exc:
         sys.exit(f"error: {exc}")
-    # what every .pt file holds besides the weights: the config and the data's classes
-    meta = {"config": dataclasses.asdict(cfg), "data": data_info}
+    meta = {"config": dataclasses.asdict(cfg), "data": data_info}  # in every .pt file
     batches_per_epoch = math.ceil(len(train_set) / cfg.batch_size)
     val_loader = make_loader(val_set, cfg)
     total_steps = batches_per_epoch * cfg.epochs

@@ -90,7 +90,8 @@ class Config:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{flag(name)} must be > 0, got {getattr(self, name)}")
         non_negative = ["weight_decay", "warmup_steps", "max_grad_norm", "max_steps"]
-        non_negative += ["num_workers", "dropout"]
+        non_negative += ["num_workers"]
+        non_negative += ["dropout"]
         for name in non_negative:
             if not getattr(self, name) >= 0:
                 raise ValueError(
@@ -286,8 +287,7 @@ def main(argv: list[str] | None = None) -> dict:
         train_set, val_set, data_info = build_datasets(cfg)
     except (OSError, ValueError) as exc:
         sys.exit(f"error: {exc}")
-    # what every .pt file holds besides the weights: the config and the data's classes
-    meta = {"config": dataclasses.asdict(cfg), "data": data_info}
+    meta = {"config": dataclasses.asdict(cfg), "data": data_info}  # in every .pt file
     batches_per_epoch = math.ceil(len(train_set) / cfg.batch_size)
     val_loader = make_loader(val_set, cfg)
     total_steps = batches_per_epoch * cfg.epochs

@@ -132,7 +132,8 @@ class Config:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{flag(name)} must be > 0, got {getattr(self, name)}")
         non_negative = ["weight_decay", "warmup_steps", "max_grad_norm", "max_steps"]
-        non_negative += ["num_workers", "dropout"]
+        non_negative += ["num_workers"]
+        non_negative += ["dropout"]
         non_negative += ["keep_checkpoints"]  # [resume]
         non_negative += ["max_hours"]  # [callbacks]
         non_negative += ["min_delta"]  # [early-stopping]
@@ -675,8 +676,7 @@ def main(argv: list[str] | None = None) -> dict:
         train_set, val_set, data_info = build_datasets(cfg)
     except (OSError, ValueError) as exc:
         sys.exit(f"error: {exc}")
-    # what every .pt file holds besides the weights: the config and the data's classes
-    meta = {"config": dataclasses.asdict(cfg), "data": data_info}
+    meta = {"config": dataclasses.asdict(cfg), "data": data_info}  # in every .pt file
     tag_names = data_info["tags"]
     # [ddp] each rank trains and validates on its own shard (see shard())
     train_sampler, val_set = shard(train_set, val_set, rank, world_size, cfg.seed)
@@ -873,9 +873,8 @@ def main(argv: list[str] | None = None) -> dict:
             dist.destroy_process_group()  # [ddp]
 
     save_weights(out_dir / "final.pt", raw_model, meta, step=step)  # [compile]
-    # [ddp] rank 0 draws the curves
-    if global_rank() == 0:
-        plot_curves([out_dir], out_dir / "curves.png")  # loss and metrics: plot.py
+    if global_rank() == 0:  # [ddp] rank 0 draws the curves
+        plot_curves([out_dir], out_dir / "curves.png")  # [ddp] see plot.py
     final = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
     print(f"done: {step} updates; final {final}; outputs in {out_dir}")
     return metrics
