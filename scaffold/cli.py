@@ -214,6 +214,10 @@ def diff_feature(
         text = feature_diff(Path(project or "."), name)
     except ScaffoldError as exc:
         raise _fail(exc) from None
+    _echo_diff(text, color)
+
+
+def _echo_diff(text: str, color: Optional[bool]) -> None:
     use_color = sys.stdout.isatty() if color is None else color
     for line in text.splitlines():
         if use_color and line.startswith("+") and not line.startswith("+++"):
@@ -229,12 +233,76 @@ def diff_feature(
 def status(project: Optional[Path] = _PROJECT) -> None:
     """Show the scaffold version, task, features and which generated files you changed."""
     from scaffold.merge import project_status
+    from scaffold.record import load_record
+    from scaffold.upgrade import template_status
 
     try:
-        for line in project_status(Path(project or ".")):
+        lines = project_status(Path(project or "."))
+        lines.insert(2, template_status(load_record(Path(project or "."))))
+        for line in lines:
             typer.echo(line)
     except ScaffoldError as exc:
         raise _fail(exc) from None
+
+
+@app.command()
+def upgrade(
+    project: Optional[Path] = _PROJECT,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the diff; write nothing."),
+    allow_dirty: bool = typer.Option(
+        False, "--allow-dirty", help="Run even with uncommitted changes to tracked files."
+    ),
+) -> None:
+    """Merge the installed templates into this project, keeping your edits (three-way merge)."""
+    from scaffold.upgrade import upgrade_project
+
+    try:
+        result = upgrade_project(
+            Path(project or "."), dry_run=dry_run, allow_dirty=allow_dirty, echo=typer.echo
+        )
+    except ScaffoldError as exc:
+        raise _fail(exc) from None
+    except KeyboardInterrupt:
+        raise _interrupted() from None
+    if result.change.conflicts:
+        raise typer.Exit(code=1)
+
+
+@app.command()
+def check(project: Optional[Path] = _PROJECT) -> None:
+    """Exit 0 if the project has the installed templates, 1 if an upgrade is available, 2 if its
+    record is damaged or missing. For CI."""
+    from scaffold.upgrade import check_project
+
+    try:
+        code, lines = check_project(Path(project or "."))
+    except ScaffoldError as exc:
+        _fail(exc)
+        raise typer.Exit(code=2) from None
+    for line in lines:
+        typer.echo(line)
+    raise typer.Exit(code=code)
+
+
+@diff_app.command("upgrade")
+def diff_upgrade(
+    project: Optional[Path] = _PROJECT,
+    color: Optional[bool] = typer.Option(
+        None, "--color/--no-color", help="Colour the diff (default: on a terminal)."
+    ),
+) -> None:
+    """Show the patch 'scaffold upgrade' would apply to this project's pristine files."""
+    from scaffold.upgrade import upgrade_diff
+
+    try:
+        migrations, text = upgrade_diff(Path(project or "."))
+    except ScaffoldError as exc:
+        raise _fail(exc) from None
+    for line in migrations:
+        typer.echo(f"# migration: {line}")
+    if not text:
+        typer.echo("# no changes: the project has the installed templates", err=True)
+    _echo_diff(text, color)
 
 
 def main() -> None:

@@ -338,10 +338,17 @@ def change_feature(
     return result
 
 
-def _merge_one(project: Path, rel: str, base, theirs, git: str, result: ChangeResult) -> None:
+_ON_DISK = object()
+
+
+def _merge_one(
+    project: Path, rel: str, base, theirs, git: str, result: ChangeResult, yours=_ON_DISK
+) -> None:
+    """`yours`: the user's file as `scaffold upgrade`'s migrations left it (default: on disk)."""
     if base == theirs:
         return  # the change does not touch this file: leave the user's version alone
-    yours = _read(project, rel)
+    if yours is _ON_DISK:
+        yours = _read(project, rel)
     if base is None:  # the change adds this file
         if yours is None:
             result.changes.append(FileChange(rel, "created", None, theirs))

@@ -1,7 +1,7 @@
 """The record a generated project keeps in `.scaffold/`: what rendered it, and a pristine copy.
 
-`record.json` holds the scaffold version, template fingerprint, black version, the answers and a
-sha256 per generated file. `pristine.json` holds the files exactly as rendered: the merge base for
+`record.json` holds the scaffold version, template version and fingerprint, black version, the
+answers and a sha256 per generated file. `pristine.json` holds the files exactly as rendered: the merge base for
 `scaffold add/remove feature`. Both are JSON data files, so black, ruff and pytest leave them alone.
 """
 
@@ -15,7 +15,10 @@ from pathlib import Path
 from scaffold import __version__
 from scaffold.errors import ScaffoldError
 
-RECORD_FORMAT = 1
+# 2: adds "template_version" (scaffold.versions). Format 1 records are still read: their
+# template version is looked up by fingerprint.
+RECORD_FORMAT = 2
+READABLE_FORMATS = (1, 2)
 
 
 def sha256(data: bytes) -> str:
@@ -26,13 +29,18 @@ def _dump(obj) -> bytes:
     return (json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=True) + "\n").encode()
 
 
-def make_record(answers, files: dict[str, bytes]) -> dict[str, bytes]:
+def make_record(answers, files: dict[str, bytes], templates=None) -> dict[str, bytes]:
     from scaffold.render import PRISTINE_FILE, RECORD_FILE, black_version, template_fingerprint
+    from scaffold.versions import TEMPLATE_VERSION, version_of
 
+    fingerprint = template_fingerprint(templates)
     record = {
         "format": RECORD_FORMAT,
         "scaffold_version": __version__,
-        "template": template_fingerprint(),
+        "template": fingerprint,
+        # the installed templates are TEMPLATE_VERSION (a test keeps the history in step);
+        # another folder's (tests render older versions) is looked up, None if never shipped
+        "template_version": version_of(fingerprint) if templates is not None else TEMPLATE_VERSION,
         "black_version": black_version(),
         "answers": answers.as_data(),
         "files": {path: sha256(data) for path, data in sorted(files.items())},
@@ -50,6 +58,8 @@ class Record:
     answers: dict
     hashes: dict[str, str]
     pristine: dict[str, bytes]
+    template_version: int | None = None  # None: templates that no scaffold release shipped
+    format: int = RECORD_FORMAT
 
 
 def load_record(root: Path) -> Record:
@@ -82,10 +92,11 @@ def load_record(root: Path) -> Record:
     if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > RECORD_FORMAT:
         raise ScaffoldError(
             f"{record_path} was written by a newer scaffold "
-            f"({_short(str(record.get('scaffold_version', '?')))}, record format {fmt}): "
+            f"({_short(str(record.get('scaffold_version', '?')))}, record format {fmt}) than "
+            f"this one ({__version__}, record format {RECORD_FORMAT}): "
             "upgrade scaffold (pip install -U scaffold-train)"
         )
-    if fmt != RECORD_FORMAT or isinstance(fmt, bool):
+    if fmt not in READABLE_FORMATS or isinstance(fmt, bool):
         raise ScaffoldError(
             f"{record_path} is damaged (unknown record format {_short(repr(fmt))}): {hint}"
         )
@@ -102,6 +113,16 @@ def load_record(root: Path) -> Record:
         version = str(record["scaffold_version"])
         template = str(record["template"])
         black = str(record["black_version"])
+        if fmt == 1:
+            from scaffold.versions import version_of
+
+            template_version = version_of(template)
+        else:
+            template_version = record["template_version"]
+            if template_version is not None and (
+                not isinstance(template_version, int) or isinstance(template_version, bool)
+            ):
+                raise TypeError("template_version must be a number or null")
     except ScaffoldError as exc:
         raise ScaffoldError(f"{record_path} is damaged ({exc}): {hint}") from None
     except (KeyError, TypeError, ValueError) as exc:
@@ -128,7 +149,9 @@ def load_record(root: Path) -> Record:
             raise ScaffoldError(
                 f"{pristine_path} does not match {record_path} for {_short(path)}: {hint}"
             )
-    return Record(root, version, template, black, answers, hashes, pristine)
+    return Record(
+        root, version, template, black, answers, hashes, pristine, template_version, fmt
+    )
 
 
 def _short(exc) -> str:

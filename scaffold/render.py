@@ -40,10 +40,12 @@ def template_dir() -> Path:
 
 
 @lru_cache(maxsize=None)
-def template_fingerprint() -> str:
-    """A hash of every template file, so a project records which template rendered it."""
+def template_fingerprint(templates: Path | None = None) -> str:
+    """A hash of every template file, so a project records which template rendered it.
+
+    `templates`: another template folder (an older version's, for `scaffold upgrade`'s tests)."""
     digest = hashlib.sha256()
-    root = template_dir()
+    root = Path(templates) if templates is not None else template_dir()
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         if "__pycache__" in path.parts:
             continue
@@ -149,30 +151,31 @@ class Answers:
         }
 
 
-def render(answers: Answers) -> dict[str, bytes]:
+def render(answers: Answers, templates: Path | None = None) -> dict[str, bytes]:
     """Render the template for `answers` and return {relative posix path: bytes}, black-formatted.
 
     The result includes the project's record (`.scaffold/record.json`) and pristine copy.
+    `templates`: another template folder than the installed one (an older version's, in tests).
     """
     answers = answers.validated()
     with tempfile.TemporaryDirectory(prefix="scaffold-render-") as tmp:
-        _run_copier(Path(tmp), answers)
+        _run_copier(Path(tmp), answers, templates)
         files = _collect(Path(tmp))
     files = {path: _format(path, data) for path, data in files.items()}
     _check_no_template_syntax(files)
     from scaffold.record import make_record
 
-    files.update(make_record(answers, files))
+    files.update(make_record(answers, files, templates))
     return files
 
 
-def _run_copier(dst: Path, answers: Answers) -> None:
+def _run_copier(dst: Path, answers: Answers, templates: Path | None = None) -> None:
     import copier
 
     try:
         with _jinja_code_cache():
             copier.run_copy(
-                str(template_dir()),
+                str(templates if templates is not None else template_dir()),
                 str(dst),
                 data={**answers.as_data(), "scaffold_version": __version__},
                 defaults=True,
