@@ -201,19 +201,18 @@ def upgrade_project(
     after = _shown(target.version, target.fingerprint)
     change = ChangeResult(list(answers.features), list(answers.features))
     result = UpgradeResult(record.template_version, target.version, change)
+    generated = [p for p in record.hashes if not p.startswith(".scaffold/")]
+    marked = _conflicted_files(project, generated)
+    if marked:  # first: an upgrade that ended in conflicts is up to date, but not finished
+        raise ScaffoldError(
+            f"unresolved conflict markers ({MARKER}) in {', '.join(marked)}: resolve them "
+            "(keep the lines you want, delete the <<<<<<< ||||||| ======= >>>>>>> lines) and run again"
+        )
     if _up_to_date(record, target):
         result.up_to_date = True
         echo(f"already at template {after} (scaffold {__version__}); nothing to do")
         return result
     _refuse_downgrade(record, target)
-
-    generated = [p for p in record.hashes if not p.startswith(".scaffold/")]
-    marked = _conflicted_files(project, generated)
-    if marked:
-        raise ScaffoldError(
-            f"unresolved conflict markers ({MARKER}) in {', '.join(marked)}: resolve them "
-            "(keep the lines you want, delete the <<<<<<< ||||||| ======= >>>>>>> lines) and run again"
-        )
     in_git = _git_repo(project, git)
     if in_git and not dry_run and not allow_dirty:
         names = _dirty_files(project, git)
@@ -232,7 +231,7 @@ def upgrade_project(
     change.notes += migrated.notes
     rendered = render(answers, target.templates)
     theirs = _generated(rendered)
-    record_files = {p: d for p, d in rendered.items() if p not in theirs}
+    record_files = _with_version({p: d for p, d in rendered.items() if p not in theirs}, target)
 
     for rel in sorted(set(migrated.base) | set(theirs)):
         kwargs = {"yours": migrated.yours[rel]} if rel in migrated.yours else {}
@@ -272,6 +271,19 @@ def upgrade_project(
     change.written = True
     _report(result, before, after, echo, dry_run=False)
     return result
+
+
+def _with_version(record_files: dict[str, bytes], target: Installed) -> dict[str, bytes]:
+    """The new record names the version upgraded to (for another template folder, the one the
+    caller gave: tests upgrade to templates that no release shipped)."""
+    import json
+
+    from scaffold.record import _dump
+    from scaffold.render import RECORD_FILE
+
+    record = json.loads(record_files[RECORD_FILE])
+    record["template_version"] = target.version
+    return {**record_files, RECORD_FILE: _dump(record)}
 
 
 def _count_migrated_files(project: Path, migrated: Migrated, change: ChangeResult) -> None:
