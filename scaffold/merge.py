@@ -6,9 +6,8 @@ A three-way merge per file, with git's own engine (`git merge-file --diff3`):
     yours  = the file on disk, as the user edited it
     theirs = a fresh render with the new answers
 
-If the installed templates (or black) differ from the ones that made the project, the base is
-re-rendered with the current templates and the old answers, so that only the feature change is
-applied. Every file is merged in memory first; the results and the new record (answers + pristine
+If the installed templates (or black) differ from the ones that made the project, add/remove is
+refused until `scaffold upgrade` (scaffold.upgrade) has brought the project to them. Every file is merged in memory first; the results and the new record (answers + pristine
 copy, last) are then written as one transaction (`scaffold.render.write_files`): a failure before
 that writes nothing, and a write killed halfway is finished by the next scaffold command.
 
@@ -236,20 +235,23 @@ def _finish_interrupted_write(project: Path, echo) -> None:
 
 
 def _base_files(record, old_answers, notes: list[str], name: str) -> dict[str, bytes]:
-    """The merge base: the stored pristine copy, or a re-render if the templates changed."""
-    from scaffold.render import black_version, render, template_fingerprint
+    """The merge base: the stored pristine copy, rendered by the installed templates.
 
-    same_template = record.template == template_fingerprint()
-    same_black = record.black_version == black_version()
-    if same_template and same_black:
+    A project made by other templates (or another black) is refused: merging the feature
+    against a re-rendered base would mark the project as made by the installed templates
+    without their changes, and `scaffold upgrade` would never bring them."""
+    from scaffold.render import black_version, template_fingerprint
+    from scaffold.upgrade import _shown, installed
+
+    if record.template == template_fingerprint() and record.black_version == black_version():
         return _generated(record.pristine)
-    what = "templates" if not same_template else f"black version ({record.black_version})"
-    notes.append(
-        f"note: this project was made by scaffold {record.scaffold_version} with other {what}; "
-        f"the merge base was re-rendered with the installed scaffold {__version__} and your "
-        f"current answers, so only the {name!r} change is applied"
+    target = installed()
+    raise ScaffoldError(
+        f"this project has template {_shown(record.template_version, record.template)} "
+        f"(black {record.black_version}); the installed scaffold has template "
+        f"{_shown(target.version, target.fingerprint)} (black {black_version()}): run "
+        "'scaffold upgrade' first, so that the template's own changes are not skipped"
     )
-    return _generated(render(old_answers))
 
 
 # --- add / remove ----------------------------------------------------------------------------
@@ -561,7 +563,7 @@ def project_status(project: Path) -> list[str]:
     lines = [
         f"project: {answers['project_name']} ({project.resolve()})",
         f"made by: scaffold {record.scaffold_version} (installed: {__version__}; templates "
-        + ("the same)" if same else "differ: add/remove will re-render the merge base)"),
+        + ("the same)" if same else "differ: run 'scaffold upgrade' before add/remove)"),
         f"task: {answers['task']}",
         f"features: {', '.join(answers['features']) or 'none'}",
     ]
