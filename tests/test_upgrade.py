@@ -390,15 +390,19 @@ def test_a_real_upgrade_keeps_edits_and_applies_the_template(tmp_path, tmp_path_
 @pytest.mark.slow
 def test_the_upgraded_project_passes_its_own_tests(tmp_path, tmp_path_factory):
     """The real CLI (a subprocess) upgrades an edited project; then its own pytest suite runs."""
+    from scaffold.render import Answers, render
+
     old_templates = _old_templates(OLD_VERSIONS[0], tmp_path_factory)
     project = write_project(tmp_path / NAME, templates=old_templates)
     train = project / "train.py"
-    train.write_text(train.read_text().replace("    lr: float = 3e-3", "    lr: float = 4e-3", 1))
+    new = generated(render(Answers(NAME)))["train.py"]
+    edited, expected = insert_in_stable_region(train.read_bytes(), new, b"# my edit\n")
+    train.write_bytes(edited)
     commit_all(project)
     proc = subprocess.run([sys.executable, "-m", "scaffold", "upgrade"], cwd=project,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "lr: float = 4e-3" in train.read_text()
+    assert train.read_bytes() == expected
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"],
                           cwd=project, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
