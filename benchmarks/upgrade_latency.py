@@ -248,7 +248,7 @@ def parse_args(argv=None):
     p.add_argument("--out", help="also write the markdown report to this file")
     p.add_argument("--quick", action="store_true", help="one repeat: checks that it runs")
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--from-version", type=int, default=4, help="the template version to upgrade from")
+    p.add_argument("--from-version", type=int, default=4, help="template version to start from")
     p.add_argument("--features", action="append", default=[], help="features of the project")
     p.add_argument("--timeout", type=float, default=120, help="seconds per command")
     p.add_argument("--work", help="scratch folder (default: a temp folder)")

@@ -199,6 +199,11 @@ def upgrade_project(
     target = target or installed()
     before = _shown(record.template_version, record.template)
     after = _shown(target.version, target.fingerprint)
+    if record.template == target.fingerprint:  # only black differs: say so
+        from scaffold.render import black_version
+
+        before = f"{before} (black {record.black_version})"
+        after = f"{after} (black {black_version()})"
     change = ChangeResult(list(answers.features), list(answers.features))
     result = UpgradeResult(record.template_version, target.version, change)
     generated = [p for p in record.hashes if not p.startswith(".scaffold/")]

@@ -368,7 +368,8 @@ def test_a_real_upgrade_keeps_edits_and_applies_the_template(tmp_path, tmp_path_
     code, stdout, _ = cli("check", "-p", str(project))
     assert code == 1 and f"version {old_version} -> version {TEMPLATE_VERSION}" in stdout
     code, patch, _ = cli("diff", "upgrade", "-p", str(project))
-    changed = sorted(p for p in set(old_files) | set(new_files) if old_files.get(p) != new_files.get(p))
+    changed = [p for p in sorted(set(old_files) | set(new_files))
+               if old_files.get(p) != new_files.get(p)]
     assert code == 0 and all(f"b/{p}" in patch or f"a/{p}" in patch for p in changed), changed
 
     code, stdout, stderr = cli("upgrade", "-p", str(project))
@@ -442,7 +443,8 @@ def next_templates(tmp_path_factory):
     target = installed(root, version=TEMPLATE_VERSION + 1)
     target.migrations = [
         Migration(TEMPLATE_VERSION + 1, "rename_flag", "log_every", "log_interval"),
-        Migration(TEMPLATE_VERSION + 1, "rename_file", "requirements.txt", "requirements-train.txt"),
+        Migration(TEMPLATE_VERSION + 1, "rename_file", "requirements.txt",
+                  "requirements-train.txt"),
     ]
     return target
 
