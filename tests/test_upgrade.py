@@ -35,9 +35,10 @@ GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1",
 }
 NAME = "proj"
-# The earlier template version the real upgrade tests start from (the history's entry for it
-# names its commit). Version 4 differs from today's templates in every file kind.
-OLD_VERSIONS = [4]
+# The earlier template versions the real upgrade tests start from (the history's entry for each
+# names its commit): 4 differs from version 6 in every file kind; 6 is commit c37789f, the
+# templates before the upgrade command existed (skipped while they are today's).
+OLD_VERSIONS = [4, 6]
 _RENDERS: dict = {}
 
 
@@ -353,7 +354,8 @@ def test_a_real_upgrade_keeps_edits_and_applies_the_template(tmp_path, tmp_path_
     assert load_record(project).template_version == old_version
     old_files = project_files(project)
     new_files = generated(render(Answers(NAME, task, features)))
-    assert old_files != new_files, "the old templates render the same project: pick another"
+    if old_files == new_files:
+        pytest.skip(f"template version {old_version} renders this project as today's templates do")
 
     # The user's edits: a line in the middle of the loop, and a helper of their own.
     expected = dict(new_files)
