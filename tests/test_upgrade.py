@@ -352,6 +352,9 @@ def test_a_real_upgrade_keeps_edits_and_applies_the_template(tmp_path, tmp_path_
     old_templates = _old_templates(old_version, tmp_path_factory)
     project = write_project(tmp_path / NAME, task, features, templates=old_templates)
     assert load_record(project).template_version == old_version
+    if kind == "minimal":  # as the scaffold of that time wrote it: record format 1
+        _edit_record(project, lambda d: (d.pop("template_version"), d.__setitem__("format", 1)))
+        assert load_record(project).template_version == old_version
     old_files = project_files(project)
     new_files = generated(render(Answers(NAME, task, features)))
     if old_files == new_files:
