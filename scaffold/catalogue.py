@@ -5,6 +5,7 @@ The template's `copier.yml` lists the same names (a test keeps the two in step).
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 from scaffold.errors import UsageError
@@ -16,14 +17,15 @@ class Feature:
     help: str
     requires: tuple[str, ...] = ()
     conflicts: tuple[str, ...] = ()
-    packages: tuple[str, ...] = ()  # extra run-time packages the generated project then needs
+    # requirement lines the generated project then needs (its requirements.txt is built from them)
+    packages: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Task:
     name: str
     help: str
-    packages: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ()  # requirement lines, as for a feature
 
 
 FEATURES: dict[str, Feature] = {
@@ -52,7 +54,7 @@ FEATURES: dict[str, Feature] = {
         Feature(
             "tensorboard",
             "TensorBoard event files under <out-dir>/tb (loss, lr, throughput, validation).",
-            packages=("tensorboard",),
+            packages=("tensorboard>=2.14",),
         ),
         Feature(
             "compile",
@@ -71,7 +73,7 @@ TASKS: dict[str, Task] = {
         Task(
             "image-classification",
             "ImageFolder images, torchvision transforms, a small CNN or a torchvision model.",
-            packages=("torchvision",),
+            packages=("torchvision>=0.19",),
         ),
         Task(
             "text-classification",
@@ -86,11 +88,28 @@ TASKS: dict[str, Task] = {
 
 DEFAULT_TASK = "image-classification"
 
+# What every generated project needs, around the task's and the features' own packages.
+CORE_PACKAGES = ("torch>=2.4",)
+LOOP_PACKAGES = ("tqdm>=4.60",)
+TEST_PACKAGES = ("pytest>=8  # runs tests/",)
+
+
+def closest(name: str, choices) -> str | None:
+    """The choice `name` was probably meant to be (a typo), or None."""
+    close = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def did_you_mean(name: str, choices) -> str:
+    """' (did you mean 'early-stopping'?)' for a near miss among `choices`, else ''."""
+    close = closest(name, choices)
+    return f" (did you mean {close!r}?)" if close else ""
+
 
 def check_task(task: str) -> str:
     if task not in TASKS:
         raise UsageError(
-            f"unknown task {task!r}: choose one of {', '.join(TASKS)}"
+            f"unknown task {task!r}{did_you_mean(task, TASKS)}: choose one of {', '.join(TASKS)}"
         )
     return task
 
@@ -107,28 +126,24 @@ def resolve_features(
     for name in names:
         if name not in catalogue:
             raise UsageError(
-                f"unknown feature {name!r}: run 'scaffold features' to list them "
-                f"({', '.join(catalogue)})"
+                f"unknown feature {name!r}{did_you_mean(name, catalogue)}: "
+                f"run 'scaffold features' to list them ({', '.join(catalogue)})"
             )
         chosen.add(name)
     for name in sorted(chosen, key=list(catalogue).index):
         feature = catalogue[name]
         for needed in feature.requires:
             if needed not in chosen:
-                raise UsageError(
-                    f"feature {name!r} requires {needed!r}: add '--feature {needed}'"
-                )
+                raise UsageError(f"feature {name!r} requires {needed!r}: add '--feature {needed}'")
         for other in feature.conflicts:
             if other in chosen:
-                raise UsageError(
-                    f"features {name!r} and {other!r} conflict: choose one of them"
-                )
+                raise UsageError(f"features {name!r} and {other!r} conflict: choose one of them")
     return [name for name in catalogue if name in chosen]
 
 
-def packages_for(task: str, features: list[str]) -> list[str]:
-    """Run-time packages of a generated project besides torch and the standard library."""
-    packages = ["tqdm", *TASKS[task].packages]
+def requirements(task: str, features) -> list[str]:
+    """The lines of a generated project's requirements.txt: one source of truth, this catalogue."""
+    lines = [*CORE_PACKAGES, *TASKS[task].packages, *LOOP_PACKAGES]
     for name in features:
-        packages.extend(FEATURES[name].packages)
-    return packages
+        lines += [f"{package}  # [{name}]" for package in FEATURES[name].packages]
+    return [*lines, *TEST_PACKAGES]

@@ -1,19 +1,29 @@
 """The `scaffold` command line. typer lives here and nowhere else.
 
-Heavy modules (copier, black, torch) are imported inside the commands that need them, so
+Every command reports a ScaffoldError as one `error: ...` line through `@reports_errors`. Heavy
+modules (copier, black, jinja2, questionary) are imported only where they are used, so
 `scaffold --help` answers at once.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import os
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated
 
 import typer
+from typer.core import TyperArgument, TyperCommand
 
-from scaffold import __version__
+from scaffold import __version__, prompts
+from scaffold.answers import DEFAULT_DESCRIPTION, Answers, check_description, check_name
+from scaffold.catalogue import DEFAULT_TASK, FEATURES, TASKS, closest, did_you_mean
 from scaffold.errors import ScaffoldError, UsageError
+from scaffold.merge import change_feature, feature_diff, project_status
+from scaffold.project import new_project
+from scaffold.upgrade import check_project, upgrade_diff, upgrade_project
 
 app = typer.Typer(
     help="Generate explicit, plain-PyTorch training projects; add or remove features later.",
@@ -30,6 +40,23 @@ app.add_typer(remove_app, name="remove")
 app.add_typer(diff_app, name="diff")
 
 
+class PlainHelp(TyperCommand):
+    """Help that names arguments as the README does: `scaffold new [OPTIONS] PATH`, and a `PATH`
+    row without typer's `{braces}` and `<type>`."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if isinstance(param, TyperArgument):
+                param.display_type_rich = lambda ctx: None
+
+    def collect_usage_pieces(self, ctx):
+        return [piece.strip("{}") for piece in super().collect_usage_pieces(ctx)]
+
+
+INTERRUPTED = "error: interrupted; no file was changed: run the command again"
+
+
 def _one_line(text: str) -> str:
     """Escape newlines and other unprintable characters (from paths, records): one line."""
     return "".join(
@@ -38,18 +65,24 @@ def _one_line(text: str) -> str:
     )
 
 
-def _fail(exc: ScaffoldError) -> typer.Exit:
-    typer.echo(f"error: {_one_line(str(exc))}", err=True)
-    return typer.Exit(code=exc.code)
+def reports_errors(command):
+    """A ScaffoldError becomes one `error:` line and its exit code; Ctrl-C exits 130.
 
+    Ctrl-C can only land before the first write: writes hold it until they are complete.
+    """
 
-INTERRUPTED = "error: interrupted; no file was changed: run the command again"
+    @functools.wraps(command)
+    def run(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except ScaffoldError as exc:
+            typer.echo(f"error: {_one_line(str(exc))}", err=True)
+            raise typer.Exit(code=exc.code) from None
+        except KeyboardInterrupt:
+            typer.echo(INTERRUPTED, err=True)
+            raise typer.Exit(code=130) from None
 
-
-def _interrupted() -> typer.Exit:
-    # Ctrl-C can only land before the first write: writes hold it until they are complete.
-    typer.echo(INTERRUPTED, err=True)
-    return typer.Exit(code=130)
+    return run
 
 
 def _version_callback(value: bool) -> None:
@@ -60,82 +93,105 @@ def _version_callback(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(
-        False, "--version", callback=_version_callback, is_eager=True, help="Show the version."
-    ),
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version_callback, is_eager=True, help="Show the version."
+        ),
+    ] = False,
 ) -> None:
     """Generate explicit, plain-PyTorch training projects; add or remove features later."""
 
 
-@app.command()
+def _note(line: str) -> None:
+    """A note from a read-only command (waiting for the project): on stderr, off its output."""
+    typer.echo(line, err=True)
+
+
+def _on_terminal() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+@app.command(cls=PlainHelp)
+@reports_errors
 def new(
-    path: Path = typer.Argument(..., help="Directory to create; its name is the project name."),
-    task: Optional[str] = typer.Option(
-        None, "--task", "-t", help="image-classification (default), text-classification, "
-        "token-classification."
-    ),
-    feature: List[str] = typer.Option(
-        [], "--feature", "-f", help="A feature to include; repeat for more (see 'scaffold features')."
-    ),
-    defaults: bool = typer.Option(
-        False, "--defaults", help="Ask nothing; use defaults for everything not given."
-    ),
-    force: bool = typer.Option(
-        False, "--force", help="Write into an existing non-empty directory."
-    ),
-    description: Optional[str] = typer.Option(
-        None, "--description", help="One line describing the project."
-    ),
+    path: Annotated[
+        Path,
+        typer.Argument(metavar="PATH", help="Directory to create; its name is the project name."),
+    ],
+    task: Annotated[
+        str | None,
+        typer.Option(
+            "--task",
+            "-t",
+            metavar="TASK",
+            help=f"{DEFAULT_TASK} (default), " + ", ".join(t for t in TASKS if t != DEFAULT_TASK),
+        ),
+    ] = None,
+    feature: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--feature",
+            "-f",
+            metavar="NAME",
+            help="A feature to include; repeat for more, or NAME,NAME (see 'scaffold features').",
+        ),
+    ] = None,
+    defaults: Annotated[
+        bool, typer.Option("--defaults", help="Ask nothing; use defaults for everything not given.")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Write into an existing non-empty directory.")
+    ] = False,
+    description: Annotated[
+        str | None,
+        typer.Option("--description", metavar="TEXT", help="One line describing the project."),
+    ] = None,
 ) -> None:
-    """Generate a new training project at PATH."""
-    from scaffold.catalogue import DEFAULT_TASK
-    from scaffold.render import DEFAULT_DESCRIPTION, Answers
+    """Generate a new training project at PATH.
 
+    On a terminal without --task/--feature it asks for both; a mistyped name is asked again.
+    """
+    names = [n.strip() for item in feature or () for n in item.split(",") if n.strip()]
+    interactive = _on_terminal() and not defaults
     try:
-        names = [n.strip() for item in feature for n in item.split(",") if n.strip()]
-        asked = task is None and not names and not defaults and sys.stdin.isatty()
-        try:
-            resolved = Path(path).resolve()
-        except (OSError, RuntimeError) as exc:  # a symlink loop
-            raise UsageError(f"cannot use {path} ({exc}): choose another path") from None
-        answers = Answers(
-            project_name=resolved.name,
-            task=task or DEFAULT_TASK,
-            features=names,
-            description=description if description is not None else DEFAULT_DESCRIPTION,
-        )
-        if asked:
-            answers = _ask(answers)
-        from scaffold.project import new_project
-
-        files = new_project(Path(path), answers, force=force)
-    except ScaffoldError as exc:
-        raise _fail(exc) from None
-    except KeyboardInterrupt:
-        raise _interrupted() from None
-    typer.echo(f"created {path} ({answers.task}; features: {', '.join(answers.features) or 'none'}, "
-               f"{len(files)} files)")
+        resolved = Path(path).resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise UsageError(f"cannot use {path} ({exc}): choose another path") from None
+    answers = Answers(
+        project_name=resolved.name,
+        task=task or DEFAULT_TASK,
+        features=tuple(names),
+        description=description if description is not None else DEFAULT_DESCRIPTION,
+    )
+    if interactive:
+        check_name(answers.project_name)  # before any question: answers are never asked in vain
+        check_description(answers.description)
+        answers = _ask(answers, ask_all=task is None and not names)
+    files = new_project(Path(path), answers, force=force)
+    answers = answers.validated()
+    typer.echo(
+        f"created {path} ({answers.task}; features: {', '.join(answers.features) or 'none'}, "
+        f"{len(files)} files)"
+    )
     typer.echo(f"next: cd {path} && python train.py")
 
 
-def _ask(answers):
-    """Ask the template's questions on a terminal (task, features)."""
-    from scaffold.catalogue import FEATURES, TASKS, resolve_features
+def _ask(answers: Answers, ask_all: bool) -> Answers:
+    """Ask for the task and features on a terminal: all of them, or only the mistyped ones."""
+    task = answers.task
+    if ask_all or task not in TASKS:
+        note = "" if task in TASKS else f"unknown task {task!r}{did_you_mean(task, TASKS)}"
+        task = prompts.ask_task(closest(task, TASKS) or task, note)
+    features, notes = prompts.split_known(list(answers.features))
+    if ask_all or notes or prompts.feature_problem(features):
+        features = prompts.ask_features(features, "; ".join(notes))
+    return dataclasses.replace(answers, task=task, features=tuple(features))
 
-    typer.echo("Tasks: " + ", ".join(TASKS))
-    task = typer.prompt("Task", default=answers.task)
-    typer.echo("Features: " + ", ".join(FEATURES))
-    chosen = typer.prompt("Features (comma separated, empty for none)", default="", show_default=False)
-    answers.task = task.strip()
-    answers.features = resolve_features([n.strip() for n in chosen.split(",") if n.strip()])
-    return answers
 
-
-@app.command()
+@app.command(cls=PlainHelp)
 def features() -> None:
     """List the features: name, description, requires, conflicts."""
-    from scaffold.catalogue import FEATURES
-
     rows = [("name", "description", "requires", "conflicts")]
     for f in FEATURES.values():
         rows.append((f.name, f.help, ", ".join(f.requires) or "-", ", ".join(f.conflicts) or "-"))
@@ -144,80 +200,99 @@ def features() -> None:
         typer.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
 
 
-@app.command()
+@app.command(cls=PlainHelp)
 def tasks() -> None:
     """List the tasks a project can be generated for."""
-    from scaffold.catalogue import DEFAULT_TASK, TASKS
-
     for t in TASKS.values():
         mark = " (default)" if t.name == DEFAULT_TASK else ""
         typer.echo(f"{t.name}{mark}: {t.help}")
 
 
-_PROJECT = typer.Option(None, "--project", "-p", help="The project directory (default: here).")
+# Options shared by the project commands (add, remove, diff, status).
+Project = Annotated[
+    Path | None,
+    typer.Option("--project", "-p", metavar="DIR", help="The project directory (default: here)."),
+]
+DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the diff; write nothing.")]
+AllowDirty = Annotated[
+    bool,
+    typer.Option("--allow-dirty", help="Run even with uncommitted changes to tracked files."),
+]
 
 
-@add_app.command("feature")
-def add_feature(
-    name: str = typer.Argument(..., help="The feature to add."),
-    project: Optional[Path] = _PROJECT,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the diff; write nothing."),
-    allow_dirty: bool = typer.Option(
-        False, "--allow-dirty", help="Run even with uncommitted changes to tracked files."
+Wait = Annotated[
+    float | None,
+    typer.Option(
+        "--wait",
+        metavar="SECONDS",
+        help="How long to wait while another scaffold command holds the project "
+        "(default: 10 s to change it, 60 s to read it).",
     ),
+]
+
+
+FeatureToAdd = Annotated[str, typer.Argument(metavar="NAME", help="The feature to add.")]
+FeatureToRemove = Annotated[str, typer.Argument(metavar="NAME", help="The feature to remove.")]
+FeatureToShow = Annotated[str, typer.Argument(metavar="NAME", help="The feature to show.")]
+
+
+@add_app.command("feature", cls=PlainHelp)
+@reports_errors
+def add_feature(
+    name: FeatureToAdd,
+    project: Project = None,
+    dry_run: DryRun = False,
+    allow_dirty: AllowDirty = False,
+    wait: Wait = None,
 ) -> None:
     """Merge a feature into this project, keeping your edits (three-way merge)."""
-    _change_feature(name, project, dry_run, allow_dirty, add=True)
+    _change_feature(name, project, dry_run, allow_dirty, wait, add=True)
 
 
-@remove_app.command("feature")
+@remove_app.command("feature", cls=PlainHelp)
+@reports_errors
 def remove_feature(
-    name: str = typer.Argument(..., help="The feature to remove."),
-    project: Optional[Path] = _PROJECT,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the diff; write nothing."),
-    allow_dirty: bool = typer.Option(
-        False, "--allow-dirty", help="Run even with uncommitted changes to tracked files."
-    ),
+    name: FeatureToRemove,
+    project: Project = None,
+    dry_run: DryRun = False,
+    allow_dirty: AllowDirty = False,
+    wait: Wait = None,
 ) -> None:
     """Take a feature out of this project, keeping your edits (three-way merge)."""
-    _change_feature(name, project, dry_run, allow_dirty, add=False)
+    _change_feature(name, project, dry_run, allow_dirty, wait, add=False)
 
 
-def _change_feature(name, project, dry_run, allow_dirty, add):
-    from scaffold.merge import change_feature
-
-    try:
-        result = change_feature(
-            Path(project or "."), name, add=add, dry_run=dry_run, allow_dirty=allow_dirty,
-            echo=typer.echo,
-        )
-    except ScaffoldError as exc:
-        raise _fail(exc) from None
-    except KeyboardInterrupt:
-        raise _interrupted() from None
+def _change_feature(name, project, dry_run, allow_dirty, wait, add):
+    result = change_feature(
+        Path(project or "."),
+        name,
+        add=add,
+        dry_run=dry_run,
+        allow_dirty=allow_dirty,
+        echo=typer.echo,
+        wait=wait,
+    )
     if result.conflicts:
         raise typer.Exit(code=1)
 
 
-@diff_app.command("feature")
+@diff_app.command("feature", cls=PlainHelp)
+@reports_errors
 def diff_feature(
-    name: str = typer.Argument(..., help="The feature to show."),
-    project: Optional[Path] = _PROJECT,
-    color: Optional[bool] = typer.Option(
-        None, "--color/--no-color", help="Colour the diff (default: on a terminal)."
-    ),
+    name: FeatureToShow,
+    project: Project = None,
+    color: Annotated[
+        bool | None,
+        typer.Option("--color/--no-color", help="Colour the diff (default: on a terminal)."),
+    ] = None,
+    wait: Wait = None,
 ) -> None:
     """Show the patch that a feature contributes to this project."""
-    from scaffold.merge import feature_diff
-
-    try:
-        text = feature_diff(Path(project or "."), name)
-    except ScaffoldError as exc:
-        raise _fail(exc) from None
+    text = feature_diff(Path(project or "."), name, wait=wait, echo=_note)
     _echo_diff(text, color)
 
 
-def _echo_diff(text: str, color: Optional[bool]) -> None:
+def _echo_diff(text: str, color: bool | None) -> None:
     use_color = sys.stdout.isatty() if color is None else color
     for line in text.splitlines():
         if use_color and line.startswith("+") and not line.startswith("+++"):
@@ -229,85 +304,67 @@ def _echo_diff(text: str, color: Optional[bool]) -> None:
         typer.echo(line)
 
 
-@app.command()
-def status(project: Optional[Path] = _PROJECT) -> None:
+@app.command(cls=PlainHelp)
+@reports_errors
+def status(project: Project = None, wait: Wait = None) -> None:
     """Show the scaffold version, task, features and which generated files you changed."""
-    from scaffold.merge import project_status
-    from scaffold.record import load_record
-    from scaffold.upgrade import template_status
-
-    try:
-        lines = project_status(Path(project or "."))
-        lines.insert(2, template_status(load_record(Path(project or "."))))
-        for line in lines:
-            typer.echo(line)
-    except ScaffoldError as exc:
-        raise _fail(exc) from None
+    for line in project_status(Path(project or "."), wait=wait, echo=_note):
+        typer.echo(line)
 
 
-@app.command()
+@app.command(cls=PlainHelp)
+@reports_errors
 def upgrade(
-    project: Optional[Path] = _PROJECT,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the diff; write nothing."),
-    allow_dirty: bool = typer.Option(
-        False, "--allow-dirty", help="Run even with uncommitted changes to tracked files."
-    ),
+    project: Project = None,
+    dry_run: DryRun = False,
+    allow_dirty: AllowDirty = False,
+    wait: Wait = None,
 ) -> None:
     """Merge the installed templates into this project, keeping your edits (three-way merge)."""
-    from scaffold.upgrade import upgrade_project
-
-    try:
-        result = upgrade_project(
-            Path(project or "."), dry_run=dry_run, allow_dirty=allow_dirty, echo=typer.echo
-        )
-    except ScaffoldError as exc:
-        raise _fail(exc) from None
-    except KeyboardInterrupt:
-        raise _interrupted() from None
+    result = upgrade_project(
+        Path(project or "."), dry_run=dry_run, allow_dirty=allow_dirty, echo=typer.echo, wait=wait
+    )
     if result.change.conflicts:
         raise typer.Exit(code=1)
 
 
-@app.command()
-def check(project: Optional[Path] = _PROJECT) -> None:
+@app.command(cls=PlainHelp)
+def check(project: Project = None, wait: Wait = None) -> None:
     """Exit 0 if the project has the installed templates, 1 if an upgrade is available, 2 if its
-    record is damaged or missing. For CI."""
-    from scaffold.upgrade import check_project
-
+    record is missing or damaged. For CI."""
     try:
-        code, lines = check_project(Path(project or "."))
-    except ScaffoldError as exc:
-        _fail(exc)
+        code, lines = check_project(Path(project or "."), wait=wait, echo=_note)
+    except ScaffoldError as exc:  # no project, or one this scaffold cannot judge: exit 2
+        typer.echo(f"error: {_one_line(str(exc))}", err=True)
         raise typer.Exit(code=2) from None
+    except KeyboardInterrupt:
+        typer.echo(INTERRUPTED, err=True)
+        raise typer.Exit(code=130) from None
     for line in lines:
         typer.echo(line)
     raise typer.Exit(code=code)
 
 
-@diff_app.command("upgrade")
+@diff_app.command("upgrade", cls=PlainHelp)
+@reports_errors
 def diff_upgrade(
-    project: Optional[Path] = _PROJECT,
-    color: Optional[bool] = typer.Option(
-        None, "--color/--no-color", help="Colour the diff (default: on a terminal)."
-    ),
+    project: Project = None,
+    color: Annotated[
+        bool | None,
+        typer.Option("--color/--no-color", help="Colour the diff (default: on a terminal)."),
+    ] = None,
+    wait: Wait = None,
 ) -> None:
     """Show the patch 'scaffold upgrade' would apply to this project's pristine files."""
-    from scaffold.upgrade import upgrade_diff
-
-    try:
-        migrations, text = upgrade_diff(Path(project or "."))
-    except ScaffoldError as exc:
-        raise _fail(exc) from None
+    migrations, text = upgrade_diff(Path(project or "."), wait=wait, echo=_note)
     for line in migrations:
         typer.echo(f"# migration: {line}")
     if not text:
-        typer.echo("# no changes: the project has the installed templates", err=True)
+        _note("# no changes: the project has the installed templates")
     _echo_diff(text, color)
 
 
 def main() -> None:
-    import os
-
     try:
         app(prog_name="scaffold")
     except KeyboardInterrupt:

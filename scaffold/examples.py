@@ -15,8 +15,6 @@ from pathlib import Path
 
 from scaffold.catalogue import FEATURES
 
-ALL_BUT_DDP = [f for f in FEATURES if f != "ddp"]
-
 # name -> (task, features)
 EXAMPLES: dict[str, tuple[str, list[str]]] = {
     "minimal": ("image-classification", []),
@@ -37,7 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent / "generated_examples"
 
 
 def render_example(name: str) -> dict[str, bytes]:
-    from scaffold.render import Answers, render
+    from scaffold.answers import Answers
+    from scaffold.render import render
 
     task, features = EXAMPLES[name]
     return render(Answers(project_name=_project_name(name), task=task, features=features))
@@ -48,7 +47,7 @@ def _project_name(name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from scaffold.render import write_new_project
+    from scaffold.write import write_new_project
 
     names = (argv if argv is not None else sys.argv[1:]) or list(EXAMPLES)
     ROOT.mkdir(exist_ok=True)

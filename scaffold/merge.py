@@ -7,8 +7,9 @@ A three-way merge per file, with git's own engine (`git merge-file --diff3`):
     theirs = a fresh render with the new answers
 
 If the installed templates (or black) differ from the ones that made the project, add/remove is
-refused until `scaffold upgrade` (scaffold.upgrade) has brought the project to them. Every file is merged in memory first; the results and the new record (answers + pristine
-copy, last) are then written as one transaction (`scaffold.render.write_files`): a failure before
+refused until `scaffold upgrade` (scaffold.upgrade) has brought the project to them. Every file
+is merged in memory first; the results and the new record (answers + pristine copy, last) are
+then written as one transaction (`scaffold.write.write_files`): a failure before
 that writes nothing, and a write killed halfway is finished by the next scaffold command.
 
 Choices: adding a feature that is already enabled (or removing one that is not) is an error
@@ -20,6 +21,7 @@ until the markers are gone.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import difflib
 import os
@@ -31,8 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from scaffold import __version__
+from scaffold import __version__, catalogue
 from scaffold.errors import ScaffoldError, UsageError
+from scaffold.lock import commit, project_lock
+from scaffold.paths import RECORD_DIR, in_record_dir
+from scaffold.record import Record, load_record, sha256
+from scaffold.render import base_is_current, black_version, render, template_fingerprint
+from scaffold.versions import TEMPLATE_VERSION, describe
 
 MARKER = "<<<<<<< yours"
 LABELS = ("yours", "base", "theirs")
@@ -89,9 +96,7 @@ def _lf(data: bytes) -> bytes:
 
 def _generated(files: dict[str, bytes]) -> dict[str, bytes]:
     """The project's own files of a render (without `.scaffold/`)."""
-    from scaffold.render import RECORD_DIR
-
-    return {p: d for p, d in files.items() if not p.startswith(RECORD_DIR + "/")}
+    return {p: d for p, d in files.items() if not in_record_dir(p)}
 
 
 def _read(project: Path, rel: str) -> Optional[bytes]:
@@ -172,23 +177,13 @@ def _conflicted_files(project: Path, paths) -> list[str]:
     return marked
 
 
-def _answers(record):
-    from scaffold.render import Answers
-
-    return Answers(**record.answers).validated()
-
-
 def _check_feature_name(name: str) -> None:
-    from scaffold.catalogue import FEATURES, resolve_features
-
-    if name not in FEATURES:
-        resolve_features([name])  # raises the catalogue's UsageError for an unknown name
+    if name not in catalogue.FEATURES:
+        catalogue.resolve_features([name])  # raises the catalogue's UsageError for an unknown name
 
 
 def _new_features(current: list[str], name: str, add: bool) -> list[str]:
     """The features after the change, or a ScaffoldError saying why not (with a hint)."""
-    from scaffold.catalogue import FEATURES, resolve_features
-
     _check_feature_name(name)
     enabled = ", ".join(current) or "none"
     if add:
@@ -197,59 +192,45 @@ def _new_features(current: list[str], name: str, add: bool) -> list[str]:
                 f"feature {name!r} is already enabled in this project (features: {enabled}); "
                 "nothing to do"
             )
-        missing = [r for r in FEATURES[name].requires if r not in current]
+        missing = [r for r in catalogue.FEATURES[name].requires if r not in current]
         if missing:
             raise UsageError(
                 f"feature {name!r} requires {', '.join(map(repr, missing))}, which this project "
                 f"does not have: run 'scaffold add feature {missing[0]}' first"
             )
-        clashes = [c for c in current if c in FEATURES[name].conflicts
-                   or name in FEATURES[c].conflicts]
+        clashes = [c for c in current if c in catalogue.FEATURES[name].conflicts
+                   or name in catalogue.FEATURES[c].conflicts]
         if clashes:
             raise UsageError(
                 f"feature {name!r} conflicts with {clashes[0]!r}, which this project has: "
                 f"run 'scaffold remove feature {clashes[0]}' first"
             )
-        return resolve_features([*current, name])
+        return catalogue.resolve_features([*current, name])
     if name not in current:
         raise ScaffoldError(
             f"feature {name!r} is not enabled in this project (features: {enabled}); nothing to do"
         )
-    needed_by = [f for f in current if f != name and name in FEATURES[f].requires]
+    needed_by = [f for f in current if f != name and name in catalogue.FEATURES[f].requires]
     if needed_by:
         raise UsageError(
             f"feature {name!r} is required by {', '.join(map(repr, needed_by))}, which this "
             f"project has: run 'scaffold remove feature {needed_by[0]}' first"
         )
-    return resolve_features([f for f in current if f != name])
+    return catalogue.resolve_features([f for f in current if f != name])
 
 
-def _finish_interrupted_write(project: Path, echo) -> None:
-    import scaffold.render as render_mod
-
-    recover = getattr(render_mod, "recover", None)
-    if recover is not None and (project / render_mod.RECORD_FILE).is_file():
-        state = recover(project)
-        if state == "finished":
-            echo("note: finished an earlier scaffold write in this project that was interrupted")
-
-
-def _base_files(record, old_answers, notes: list[str], name: str) -> dict[str, bytes]:
+def _base_files(record: Record, notes: list[str], name: str) -> dict[str, bytes]:
     """The merge base: the stored pristine copy, rendered by the installed templates.
 
     A project made by other templates (or another black) is refused: merging the feature
     against a re-rendered base would mark the project as made by the installed templates
     without their changes, and `scaffold upgrade` would never bring them."""
-    from scaffold.render import black_version, template_fingerprint
-    from scaffold.upgrade import _shown, installed
-
-    if record.template == template_fingerprint() and record.black_version == black_version():
+    if base_is_current(record):
         return _generated(record.pristine)
-    target = installed()
     raise ScaffoldError(
-        f"this project has template {_shown(record.template_version, record.template)} "
+        f"this project has template {describe(record.template_version, record.template)} "
         f"(black {record.black_version}); the installed scaffold has template "
-        f"{_shown(target.version, target.fingerprint)} (black {black_version()}): run "
+        f"{describe(TEMPLATE_VERSION, template_fingerprint())} (black {black_version()}): run "
         "'scaffold upgrade' first, so that the template's own changes are not skipped"
     )
 
@@ -265,19 +246,24 @@ def change_feature(
     dry_run: bool = False,
     allow_dirty: bool = False,
     echo: Callable[[str], None] = print,
+    wait: Optional[float] = None,
 ) -> ChangeResult:
-    """Add (or remove) feature `name` in the project at `project`, keeping the user's edits."""
-    from scaffold.record import load_record
-    from scaffold.render import Answers, render, write_files
+    """Add (or remove) feature `name` in the project at `project`, keeping the user's edits.
 
+    Holds the project's lock (exclusive; shared for a dry run) for the whole command."""
     project = Path(project)
+    command = f"{'add' if add else 'remove'} feature {name}"
+    with project_lock(project, write=not dry_run, command=command, wait=wait, echo=echo):
+        return _change_feature(project, name, add, dry_run, allow_dirty, echo)
+
+
+def _change_feature(project: Path, name: str, add, dry_run, allow_dirty, echo) -> ChangeResult:
     git = _git()
-    _finish_interrupted_write(project, echo)
     record = load_record(project)
-    old_answers = _answers(record)
+    old_answers = record.answers
     new_features = _new_features(old_answers.features, name, add)
 
-    marked = _conflicted_files(project, [p for p in record.hashes if not p.startswith(".scaffold/")])
+    marked = _conflicted_files(project, record.generated)
     if marked:
         raise ScaffoldError(
             f"unresolved conflict markers ({MARKER}) in {', '.join(marked)}: resolve them "
@@ -294,12 +280,8 @@ def change_feature(
             )
 
     result = ChangeResult(features_before=list(old_answers.features), features_after=new_features)
-    base_files = _base_files(record, old_answers, result.notes, name)
-    new_answers = Answers(
-        project_name=old_answers.project_name, task=old_answers.task,
-        features=new_features, description=old_answers.description,
-    )
-    rendered = render(new_answers)
+    base_files = _base_files(record, result.notes, name)
+    rendered = render(dataclasses.replace(old_answers, features=tuple(new_features)))
     theirs_files = _generated(rendered)
     record_files = {p: d for p, d in rendered.items() if p not in theirs_files}
 
@@ -326,8 +308,9 @@ def change_feature(
         if untracked:  # in a repository, but git could not give these back
             result.backup = _backup(project, untracked)
     try:
-        # One transaction (scaffold.render.write_files): all of it or nothing, the record last.
-        write_files(project, {**writes, **record_files})
+        # One transaction (scaffold.write.write_files): all of it or nothing, the record last;
+        # refused if the record changed since it was read.
+        commit(project, {**writes, **record_files}, record.generation)
     except OSError as exc:
         raise ScaffoldError(
             f"writing the merged files failed ({exc.strerror or exc}); the next scaffold command "
@@ -440,8 +423,6 @@ def _compiles(data: Optional[bytes]) -> bool:
 
 
 def _backup(project: Path, paths: list[str]) -> Path:
-    from scaffold.render import RECORD_DIR
-
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     folder = project / RECORD_DIR / f"backup-{stamp}"
     n = 1
@@ -500,14 +481,17 @@ def _unified(rel: str, before: Optional[bytes], after: Optional[bytes]) -> str:
 # --- diff feature ----------------------------------------------------------------------------
 
 
-def feature_diff(project: Path, name: str) -> str:
+def feature_diff(project: Path, name: str, *, wait: Optional[float] = None, echo=None) -> str:
     """The patch feature `name` contributes to this project: render without it -> with it."""
-    from scaffold.record import load_record
-    from scaffold.render import Answers, black_version, render, template_fingerprint
+    command = f"diff feature {name}"
+    with project_lock(Path(project), write=False, command=command, wait=wait, echo=echo):
+        return _feature_diff(Path(project), name)
 
+
+def _feature_diff(project: Path, name: str) -> str:
     record = load_record(Path(project))
     _check_feature_name(name)
-    answers = _answers(record)
+    answers = record.answers
     current = list(answers.features)
     try:
         if name in current:
@@ -516,8 +500,8 @@ def feature_diff(project: Path, name: str) -> str:
             other = _new_features(current, name, add=True)
     except UsageError as exc:
         raise UsageError(f"cannot show {name!r} for this project: {exc}") from None
-    other_answers = Answers(answers.project_name, answers.task, other, answers.description)
-    if record.template == template_fingerprint() and record.black_version == black_version():
+    other_answers = dataclasses.replace(answers, features=tuple(other))
+    if base_is_current(record):
         this_render = _generated(record.pristine)  # already the render of the current answers
     else:
         this_render = _generated(render(answers))
@@ -551,23 +535,39 @@ def _user_python_files(project: Path, known) -> list[str]:
     return found
 
 
-def project_status(project: Path) -> list[str]:
+def project_status(project: Path, *, wait: Optional[float] = None, echo=None) -> list[str]:
     """What made this project, its task and features, and what the user changed since."""
-    from scaffold.record import load_record, sha256
-    from scaffold.render import RECORD_DIR, black_version, template_fingerprint
+    with project_lock(Path(project), write=False, command="status", wait=wait, echo=echo):
+        return _project_status(Path(project))
 
-    project = Path(project)
+
+def template_line(record: Record) -> str:
+    """The `made by:` line of `scaffold status`: scaffold and template versions, and whether
+    `scaffold upgrade` has something to do."""
+    made = f"scaffold {record.scaffold_version}, template "
+    made += describe(record.template_version, record.template)
+    installed = f"scaffold {__version__}, template "
+    installed += describe(TEMPLATE_VERSION, template_fingerprint())
+    if base_is_current(record):
+        return f"made by: {made} (installed: {installed}; up to date)"
+    if record.template_version is not None and record.template_version > TEMPLATE_VERSION:
+        return f"made by: {made} (installed: {installed}, older: upgrade scaffold)"
+    return (
+        f"made by: {made} (installed: {installed}; an upgrade is available: 'scaffold diff "
+        "upgrade' shows it, 'scaffold upgrade' applies it)"
+    )
+
+
+def _project_status(project: Path) -> list[str]:
     record = load_record(project)
     answers = record.answers
-    same = record.template == template_fingerprint() and record.black_version == black_version()
     lines = [
-        f"project: {answers['project_name']} ({project.resolve()})",
-        f"made by: scaffold {record.scaffold_version} (installed: {__version__}; templates "
-        + ("the same)" if same else "differ: run 'scaffold upgrade' before add/remove)"),
-        f"task: {answers['task']}",
-        f"features: {', '.join(answers['features']) or 'none'}",
+        f"project: {answers.project_name} ({project.resolve()})",
+        template_line(record),
+        f"task: {answers.task}",
+        f"features: {', '.join(answers.features) or 'none'}",
     ]
-    generated = {p: h for p, h in record.hashes.items() if not p.startswith(RECORD_DIR + "/")}
+    generated = record.generated
     changed, deleted = [], []
     for rel in sorted(generated):
         try:

@@ -1,8 +1,14 @@
 """The record a generated project keeps in `.scaffold/`: what rendered it, and a pristine copy.
 
 `record.json` holds the scaffold version, template version and fingerprint, black version, the
-answers and a sha256 per generated file. `pristine.json` holds the files exactly as rendered: the merge base for
-`scaffold add/remove feature`. Both are JSON data files, so black, ruff and pytest leave them alone.
+answers, a
+sha256 per generated file and a generation number (0 for a new project, one more with every
+committed change: `scaffold.lock.commit` refuses to commit over a record that changed meanwhile).
+`pristine.json` holds the files exactly as rendered: the merge base for `scaffold add/remove
+feature`. Both are JSON data files, so black, ruff and pytest leave them alone.
+
+This module owns the two file names and knows nothing about rendering: whoever makes a record
+passes in the template fingerprint and the black version.
 """
 
 from __future__ import annotations
@@ -13,12 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scaffold import __version__
+from scaffold.answers import Answers
 from scaffold.errors import ScaffoldError
+from scaffold.paths import RECORD_DIR, check_relpath, in_record_dir
+from scaffold.versions import version_of
 
+RECORD_FILE = f"{RECORD_DIR}/record.json"
+PRISTINE_FILE = f"{RECORD_DIR}/pristine.json"
 # 2: adds "template_version" (scaffold.versions). Format 1 records are still read: their
 # template version is looked up by fingerprint.
 RECORD_FORMAT = 2
 READABLE_FORMATS = (1, 2)
+RESTORE_HINT = "restore .scaffold/ from version control (git checkout -- .scaffold)"
 
 
 def sha256(data: bytes) -> str:
@@ -29,19 +41,22 @@ def _dump(obj) -> bytes:
     return (json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=True) + "\n").encode()
 
 
-def make_record(answers, files: dict[str, bytes], templates=None) -> dict[str, bytes]:
-    from scaffold.render import PRISTINE_FILE, RECORD_FILE, black_version, template_fingerprint
-    from scaffold.versions import TEMPLATE_VERSION, version_of
-
-    fingerprint = template_fingerprint(templates)
+def make_record(
+    answers: Answers,
+    files: dict[str, bytes],
+    *,
+    template: str,
+    black_version: str,
+    template_version: int | None,
+) -> dict[str, bytes]:
+    """`.scaffold/record.json` and `.scaffold/pristine.json` for a render of `answers`."""
     record = {
         "format": RECORD_FORMAT,
+        "generation": 0,
         "scaffold_version": __version__,
-        "template": fingerprint,
-        # the installed templates are TEMPLATE_VERSION (a test keeps the history in step);
-        # another folder's (tests render older versions) is looked up, None if never shipped
-        "template_version": version_of(fingerprint) if templates is not None else TEMPLATE_VERSION,
-        "black_version": black_version(),
+        "template": template,
+        "template_version": template_version,
+        "black_version": black_version,
         "answers": answers.as_data(),
         "files": {path: sha256(data) for path, data in sorted(files.items())},
     }
@@ -49,37 +64,45 @@ def make_record(answers, files: dict[str, bytes], templates=None) -> dict[str, b
     return {RECORD_FILE: _dump(record), PRISTINE_FILE: _dump(pristine)}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Record:
     root: Path
     scaffold_version: str
     template: str
     black_version: str
-    answers: dict
+    answers: Answers
     hashes: dict[str, str]
     pristine: dict[str, bytes]
+    generation: int = 0
     template_version: int | None = None  # None: templates that no scaffold release shipped
     format: int = RECORD_FORMAT
+
+    @property
+    def generated(self) -> dict[str, str]:
+        """sha256 per generated file of the project (scaffold's own `.scaffold/` files left out)."""
+        return {p: h for p, h in self.hashes.items() if not in_record_dir(p)}
+
+    def is_from(self, template: str, black_version: str) -> bool:
+        """True if this template and black version made the pristine copy (it is the merge base)."""
+        return self.template == template and self.black_version == black_version
 
 
 def load_record(root: Path) -> Record:
     """Read and check a project's record; every problem is one ScaffoldError line.
 
-    A write that an interruption left half-done (see scaffold.render) is finished first.
+    An interrupted write must be finished first (`scaffold.write.recover`): the command does that,
+    once, before it reads the record.
     """
-    from scaffold.render import PRISTINE_FILE, RECORD_FILE, Answers, check_relpath, recover
-
     root = Path(root)
     if not root.is_dir():
         raise ScaffoldError(f"{root} is not a directory: pass --project DIR of a generated project")
     record_path, pristine_path = root / RECORD_FILE, root / PRISTINE_FILE
-    hint = "restore .scaffold/ from version control (git checkout -- .scaffold)"
+    hint = RESTORE_HINT
     if not record_path.exists() and not record_path.is_symlink():
         raise ScaffoldError(
             f"{root} was not generated by scaffold (no {RECORD_FILE}): run this inside a "
             f"generated project or pass --project DIR (or, if you deleted it, {hint})"
         )
-    recover(root)
     if record_path.is_symlink() or not record_path.is_file():
         raise ScaffoldError(f"{record_path} is not a regular file: {hint}")
     try:
@@ -101,10 +124,10 @@ def load_record(root: Path) -> Record:
             f"{record_path} is damaged (unknown record format {_short(repr(fmt))}): {hint}"
         )
     try:
-        answers = record["answers"]
-        if not isinstance(answers, dict):
+        data = record["answers"]
+        if not isinstance(data, dict):
             raise TypeError("answers must be a JSON object")
-        Answers(**answers).validated()
+        answers = Answers(**data).validated()
         hashes = record["files"]
         if not isinstance(hashes, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in hashes.items()
@@ -113,16 +136,8 @@ def load_record(root: Path) -> Record:
         version = str(record["scaffold_version"])
         template = str(record["template"])
         black = str(record["black_version"])
-        if fmt == 1:
-            from scaffold.versions import version_of
-
-            template_version = version_of(template)
-        else:
-            template_version = record["template_version"]
-            if template_version is not None and (
-                not isinstance(template_version, int) or isinstance(template_version, bool)
-            ):
-                raise TypeError("template_version must be a number or null")
+        generation = _generation(record)
+        template_version = _template_version(record, fmt, template)
     except ScaffoldError as exc:
         raise ScaffoldError(f"{record_path} is damaged ({exc}): {hint}") from None
     except (KeyError, TypeError, ValueError) as exc:
@@ -143,15 +158,49 @@ def load_record(root: Path) -> Record:
             raise ScaffoldError(
                 f"{record_path} names an unsafe path {_short(repr(path))}: {hint}"
             ) from None
-    generated = {p for p in hashes if not p.startswith(".scaffold/")}
+    generated = {p for p in hashes if not in_record_dir(p)}
     for path in sorted(generated | set(pristine)):
         if path not in pristine or path not in generated or sha256(pristine[path]) != hashes[path]:
             raise ScaffoldError(
                 f"{pristine_path} does not match {record_path} for {_short(path)}: {hint}"
             )
     return Record(
-        root, version, template, black, answers, hashes, pristine, template_version, fmt
+        root, version, template, black, answers, hashes, pristine, generation, template_version, fmt
     )
+
+
+def _template_version(record: dict, fmt: int, template: str) -> int | None:
+    if fmt == 1:  # written before template versions: look the fingerprint up
+        return version_of(template)
+    version = record["template_version"]
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+        raise TypeError("template_version must be a number or null")
+    return version
+
+
+def _generation(record: dict) -> int:
+    generation = record.get("generation", 0)  # records written before generations: 0
+    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+        raise ValueError("generation must be a whole number")
+    return generation
+
+
+def read_generation(root: Path) -> int | None:
+    """The generation of the record on disk now (None if it cannot be read)."""
+    try:
+        return _generation(json.loads((Path(root) / RECORD_FILE).read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError, AttributeError):
+        return None
+
+
+def with_generation(files: dict[str, bytes | None], generation: int) -> dict[str, bytes | None]:
+    """`files` with the record among them set to `generation`."""
+    data = files.get(RECORD_FILE)
+    if data is None:
+        return files
+    record = json.loads(data)
+    record["generation"] = generation
+    return {**files, RECORD_FILE: _dump(record)}
 
 
 def _short(exc) -> str:

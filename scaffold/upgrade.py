@@ -14,30 +14,30 @@ edits follow a renamed file or flag instead of turning into conflicts. Files tha
 follow a feature's rules: a new file is created (a file of yours in its place is a conflict), a
 dropped file is deleted if you never edited it and kept as a conflict otherwise. The merged files
 and the new record (B's render as the pristine copy, B's version and fingerprint) are written as
-one transaction (scaffold.render.write_files). No template code runs: copier renders with
-`unsafe=False` and no tasks, as for `new`.
+one transaction (scaffold.lock.commit, under the project's lock). No template code runs: copier
+renders with `unsafe=False` and no tasks, as for `new`.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
 
 from scaffold import __version__
 from scaffold.errors import ScaffoldError
+from scaffold.lock import commit, project_lock
 from scaffold.merge import (
     MARKER,
     ChangeResult,
     FileChange,
-    _answers,
     _backup,
     _check_compiles,
     _conflicted_files,
     _dirty_files,
-    _finish_interrupted_write,
     _generated,
     _git,
     _git_lines,
@@ -48,7 +48,9 @@ from scaffold.merge import (
     _unified,
     _user_python_files,
 )
-from scaffold.versions import Migration
+from scaffold.record import RECORD_FILE, _dump, load_record
+from scaffold.render import black_version, render, template_fingerprint
+from scaffold.versions import TEMPLATE_VERSION, Migration, describe, migrations_between, version_of
 
 
 @dataclass
@@ -56,28 +58,19 @@ class Installed:
     """The templates an upgrade goes to: the installed ones, or (tests) another folder."""
 
     fingerprint: str
-    version: Optional[int]
-    templates: Optional[Path] = None  # None: the installed templates
-    migrations: Optional[list[Migration]] = None  # None: from the history
+    version: int | None
+    templates: Path | None = None  # None: the installed templates
+    migrations: list[Migration] | None = None  # None: from the history
 
 
-def installed(templates: Optional[Path] = None, version: Optional[int] = None) -> Installed:
-    from scaffold.render import template_fingerprint
-    from scaffold.versions import TEMPLATE_VERSION, version_of
-
+def installed(templates: Path | None = None, version: int | None = None) -> Installed:
     fingerprint = template_fingerprint(templates)
     if version is None:
         version = TEMPLATE_VERSION if templates is None else version_of(fingerprint)
     return Installed(fingerprint, version, templates)
 
 
-def _shown(version: Optional[int], fingerprint: str) -> str:
-    return f"version {version}" if version is not None else f"unreleased templates {fingerprint}"
-
-
 def _up_to_date(record, target: Installed) -> bool:
-    from scaffold.render import black_version
-
     return record.template == target.fingerprint and record.black_version == black_version()
 
 
@@ -118,7 +111,7 @@ def _rename_flag(data: bytes, migration: Migration) -> bytes:
 @dataclass
 class Migrated:
     base: dict[str, bytes]  # the pristine files, migrated
-    yours: dict[str, Optional[bytes]] = field(default_factory=dict)  # your files it changed
+    yours: dict[str, bytes | None] = field(default_factory=dict)  # your files it changed
     done: list[str] = field(default_factory=list)  # what it did, one line each
     notes: list[str] = field(default_factory=list)
 
@@ -171,8 +164,8 @@ def apply_migrations(project: Path, pristine: dict[str, bytes], migrations) -> M
 
 @dataclass
 class UpgradeResult:
-    from_version: Optional[int]
-    to_version: Optional[int]
+    from_version: int | None
+    to_version: int | None
     change: ChangeResult
     migrations: list[str] = field(default_factory=list)
     up_to_date: bool = False
@@ -184,34 +177,35 @@ def upgrade_project(
     dry_run: bool = False,
     allow_dirty: bool = False,
     echo: Callable[[str], None] = print,
-    target: Optional[Installed] = None,
+    target: Installed | None = None,
+    wait: float | None = None,
 ) -> UpgradeResult:
-    """Merge the installed templates' render into the project at `project`, keeping your edits."""
-    from scaffold.record import load_record
-    from scaffold.render import render, write_files
-    from scaffold.versions import migrations_between
+    """Merge the installed templates' render into the project at `project`, keeping your edits.
 
+    Holds the project's lock (exclusive; shared for a dry run) for the whole command."""
     project = Path(project)
-    git = _git()
-    _finish_interrupted_write(project, echo)
-    record = load_record(project)
-    answers = _answers(record)
-    target = target or installed()
-    before = _shown(record.template_version, record.template)
-    after = _shown(target.version, target.fingerprint)
-    if record.template == target.fingerprint:  # only black differs: say so
-        from scaffold.render import black_version
+    with project_lock(project, write=not dry_run, command="upgrade", wait=wait, echo=echo):
+        return _upgrade(project, dry_run, allow_dirty, echo, target)
 
+
+def _upgrade(project: Path, dry_run, allow_dirty, echo, target) -> UpgradeResult:
+    git = _git()
+    record = load_record(project)
+    answers = record.answers
+    target = target or installed()
+    before = describe(record.template_version, record.template)
+    after = describe(target.version, target.fingerprint)
+    if record.template == target.fingerprint:  # only black differs: say so
         before = f"{before} (black {record.black_version})"
         after = f"{after} (black {black_version()})"
     change = ChangeResult(list(answers.features), list(answers.features))
     result = UpgradeResult(record.template_version, target.version, change)
-    generated = [p for p in record.hashes if not p.startswith(".scaffold/")]
-    marked = _conflicted_files(project, generated)
+    marked = _conflicted_files(project, record.generated)
     if marked:  # first: an upgrade that ended in conflicts is up to date, but not finished
         raise ScaffoldError(
             f"unresolved conflict markers ({MARKER}) in {', '.join(marked)}: resolve them "
-            "(keep the lines you want, delete the <<<<<<< ||||||| ======= >>>>>>> lines) and run again"
+            "(keep the lines you want, delete the <<<<<<< ||||||| ======= >>>>>>> lines) "
+            "and run again"
         )
     if _up_to_date(record, target):
         result.up_to_date = True
@@ -264,8 +258,9 @@ def upgrade_project(
         if untracked:  # in a repository, but git could not give these back
             change.backup = _backup(project, untracked)
     try:
-        # One transaction: all of it or nothing, the record last.
-        write_files(project, {**writes, **record_files})
+        # One transaction: all of it or nothing, the record last; refused if the record changed
+        # since it was read.
+        commit(project, {**writes, **record_files}, record.generation)
     except OSError as exc:
         raise ScaffoldError(
             f"writing the merged files failed ({exc.strerror or exc}); the next scaffold command "
@@ -281,11 +276,6 @@ def upgrade_project(
 def _with_version(record_files: dict[str, bytes], target: Installed) -> dict[str, bytes]:
     """The new record names the version upgraded to (for another template folder, the one the
     caller gave: tests upgrade to templates that no release shipped)."""
-    import json
-
-    from scaffold.record import _dump
-    from scaffold.render import RECORD_FILE
-
     record = json.loads(record_files[RECORD_FILE])
     record["template_version"] = target.version
     return {**record_files, RECORD_FILE: _dump(record)}
@@ -340,14 +330,13 @@ def _report(result: UpgradeResult, before: str, after: str, echo, dry_run: bool)
 # --- diff upgrade, check, status -------------------------------------------------------------
 
 
-def upgrade_diff(project: Path, target: Optional[Installed] = None) -> tuple[list[str], str]:
+def upgrade_diff(
+    project: Path, target: Installed | None = None, *, wait=None, echo=None
+) -> tuple[list[str], str]:
     """(migrations, patch): what the upgrade changes in the pristine files; nothing is written."""
-    from scaffold.record import load_record
-    from scaffold.render import render
-    from scaffold.versions import migrations_between
-
     project = Path(project)
-    record = load_record(project)
+    with project_lock(project, write=False, command="diff upgrade", wait=wait, echo=echo):
+        record = load_record(project)
     target = target or installed()
     if _up_to_date(record, target):
         return [], ""
@@ -365,7 +354,7 @@ def upgrade_diff(project: Path, target: Optional[Installed] = None) -> tuple[lis
                 moved[migration.new] = moved.pop(migration.old, migration.old)
         else:
             base = {rel: _rename_flag(data, migration) for rel, data in base.items()}
-    theirs = _generated(render(_answers(record), target.templates))
+    theirs = _generated(render(record.answers, target.templates))
     parts = []
     for rel in sorted(set(base) | set(theirs)):
         old_rel = moved.get(rel, rel)
@@ -392,16 +381,17 @@ def _patch(old_rel: str, rel: str, before, after) -> str:
     return "".join(out)
 
 
-def check_project(project: Path, target: Optional[Installed] = None) -> tuple[int, list[str]]:
+def check_project(
+    project: Path, target: Installed | None = None, *, wait=None, echo=None
+) -> tuple[int, list[str]]:
     """(exit status, lines) for `scaffold check`: 0 up to date, 1 an upgrade is available.
     A damaged or foreign record raises ScaffoldError (the CLI exits 2)."""
-    from scaffold.record import load_record
-
-    record = load_record(Path(project))
+    with project_lock(Path(project), write=False, command="check", wait=wait, echo=echo):
+        record = load_record(Path(project))
     target = target or installed()
     _refuse_downgrade(record, target)
-    before = _shown(record.template_version, record.template)
-    after = _shown(target.version, target.fingerprint)
+    before = describe(record.template_version, record.template)
+    after = describe(target.version, target.fingerprint)
     if _up_to_date(record, target):
         return 0, [f"up to date: template {after} (scaffold {__version__})"]
     if record.template == target.fingerprint:
@@ -413,20 +403,3 @@ def check_project(project: Path, target: Optional[Installed] = None) -> tuple[in
         f"installed {__version__})",
         "see it with 'scaffold diff upgrade', apply it with 'scaffold upgrade'",
     ]
-
-
-def template_status(record, target: Optional[Installed] = None) -> str:
-    """The `template:` line of `scaffold status`."""
-    target = target or installed()
-    before = _shown(record.template_version, record.template)
-    if _up_to_date(record, target):
-        return f"template: {before} (up to date)"
-    after = _shown(target.version, target.fingerprint)
-    if record.template_version is not None and target.version is not None and (
-        record.template_version > target.version
-    ):
-        return f"template: {before}, newer than the installed {after}: upgrade scaffold"
-    return (
-        f"template: {before}; installed: {after}: an upgrade is available "
-        "('scaffold diff upgrade' shows it, 'scaffold upgrade' applies it)"
-    )

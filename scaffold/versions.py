@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from scaffold.errors import ScaffoldError
 
-TEMPLATE_VERSION = 6
+TEMPLATE_VERSION = 7
 HISTORY_FILE = Path(__file__).resolve().parent / "template_history.json"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FILE_NAME = re.compile(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*")
@@ -76,9 +76,13 @@ def parse_history(data) -> list[Version]:
             pattern = {"rename_file": _FILE_NAME, "rename_flag": _IDENTIFIER}.get(kind)
             if pattern is None:
                 raise ValueError(f"version {number}: unknown migration {kind!r}")
-            if not isinstance(names, dict) or set(names) != {"from", "to"} or not all(
-                isinstance(v, str) and pattern.fullmatch(v) and ".." not in v.split("/")
-                for v in names.values()
+            if (
+                not isinstance(names, dict)
+                or set(names) != {"from", "to"}
+                or not all(
+                    isinstance(v, str) and pattern.fullmatch(v) and ".." not in v.split("/")
+                    for v in names.values()
+                )
             ):
                 raise ValueError(f"version {number}: {kind} needs 'from' and 'to' names")
             migrations.append(Migration(number, kind, names["from"], names["to"]))
@@ -90,14 +94,17 @@ def parse_history(data) -> list[Version]:
     return versions
 
 
-@lru_cache(maxsize=None)
+@cache
 def history() -> tuple[Version, ...]:
     try:
         return tuple(parse_history(json.loads(HISTORY_FILE.read_text(encoding="utf-8"))))
     except (OSError, ValueError) as exc:
-        raise ScaffoldError(
-            f"{HISTORY_FILE} is damaged ({exc}): reinstall scaffold"
-        ) from None
+        raise ScaffoldError(f"{HISTORY_FILE} is damaged ({exc}): reinstall scaffold") from None
+
+
+def describe(version: int | None, fingerprint: str) -> str:
+    """ "version 7", or, for templates no release shipped, "unreleased templates <fingerprint>"."""
+    return f"version {version}" if version is not None else f"unreleased templates {fingerprint}"
 
 
 def version_of(fingerprint: str) -> int | None:

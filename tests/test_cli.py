@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 
+import pexpect
 import pytest
 
 from conftest import REPO, scaffold_cli
 from scaffold import __version__
+from scaffold.answers import Answers
 from scaffold.catalogue import FEATURES, TASKS
 
 
@@ -136,7 +140,7 @@ def test_template_uses_strict_undefined(tmp_path, monkeypatch):
     (copy / "project" / "oops.txt.jinja").write_text("{{ no_such_variable }}\n")
     monkeypatch.setattr(render_mod, "template_dir", lambda: copy)
     with pytest.raises(ScaffoldError, match="no_such_variable"):
-        render_mod.render(render_mod.Answers(project_name="p"))
+        render_mod.render(Answers(project_name="p"))
 
 
 def test_render_failure_leaves_nothing(tmp_path, monkeypatch):
@@ -147,41 +151,143 @@ def test_render_failure_leaves_nothing(tmp_path, monkeypatch):
     def broken(*a, **k):
         raise ScaffoldError("boom")
 
-    monkeypatch.setattr(render_mod, "_format", broken)
+    monkeypatch.setattr(render_mod, "format_file", broken)
     monkeypatch.setattr("scaffold.project.render", render_mod.render)
     with pytest.raises(ScaffoldError):
-        new_project(tmp_path / "p", render_mod.Answers(project_name="p"))
+        new_project(tmp_path / "p", Answers(project_name="p"))
     assert list(tmp_path.iterdir()) == []
 
 
-def test_new_on_a_terminal_asks_the_questions(tmp_path):
-    """Without flags on a terminal, `scaffold new` asks for the task and the features."""
-    import os
-    import pty
-    import select
-    import time
+def _spawn(tmp_path, *args):
+    """`scaffold new ...` on a real pseudo-terminal (pexpect), as a user at a terminal runs it."""
+    return pexpect.spawn(
+        sys.executable, ["-m", "scaffold", "new", *args], cwd=str(tmp_path),
+        dimensions=(40, 120), timeout=60, encoding="utf-8",
+        env={**os.environ, "TERM": "xterm", "PYTHONPATH": str(REPO)},
+    )
 
-    pid, fd = pty.fork()
-    if pid == 0:  # child: the CLI on a real pseudo-terminal
-        os.chdir(tmp_path)
-        os.execvp(sys.executable, [sys.executable, "-m", "scaffold", "new", "asked"])
-    output, answers = b"", [b"text-classification\n", b"amp, resume\n"]
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.5)
-        if ready:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            output += chunk
-            if answers and output.rstrip().endswith((b"]:", b":")):
-                os.write(fd, answers.pop(0))
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, output.decode(errors="replace")
-    assert b"Task" in output and b"Features" in output
-    record = json.loads((tmp_path / "asked" / ".scaffold" / "record.json").read_text())
-    assert record["answers"]["task"] == "text-classification"
-    assert record["answers"]["features"] == ["amp", "resume"]
+
+DOWN, SPACE, ENTER = "\x1b[B", " ", "\r"
+
+
+def _finish(child):
+    child.expect(r"created \S+ \(")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, child.before
+
+
+def _answers(project):
+    return json.loads((project / ".scaffold" / "record.json").read_text())["answers"]
+
+
+def test_new_on_a_terminal_asks_task_and_features(tmp_path):
+    """No flags on a terminal: a task list and a feature checkbox, each with its description."""
+    child = _spawn(tmp_path, "asked")
+    child.expect("Task")
+    # the highlighted choice's description
+    child.expect_exact(TASKS["image-classification"].help[:30])
+    child.send(DOWN)  # image-classification -> text-classification
+    child.send(ENTER)
+    child.expect("Features")
+    child.expect_exact(FEATURES["amp"].help[:30])
+    child.send(SPACE)  # amp
+    child.send(DOWN + DOWN)
+    child.expect_exact(FEATURES["resume"].help[:30])
+    child.send(SPACE)  # resume
+    child.send(ENTER)
+    _finish(child)
+    answers = _answers(tmp_path / "asked")
+    assert answers["task"] == "text-classification" and answers["features"] == ["amp", "resume"]
+
+
+def test_a_typo_on_a_terminal_is_asked_again_with_a_suggestion(tmp_path):
+    """`-f early-stoping` on a terminal: the checkbox opens with early-stopping ticked instead of
+    exiting, and the correctly typed features are kept."""
+    child = _spawn(tmp_path, "typo", "-t", "text-clasification", "-f", "amp,early-stoping")
+    child.expect("unknown task 'text-clasification' \\(did you mean 'text-classification'\\?\\)")
+    child.send(ENTER)  # the suggestion is the default choice
+    child.expect("unknown feature 'early-stoping' \\(did you mean 'early-stopping'\\?\\)")
+    child.expect("Features")
+    child.send(ENTER)  # amp and early-stopping are ticked already
+    _finish(child)
+    answers = _answers(tmp_path / "typo")
+    assert answers["task"] == "text-classification"
+    assert answers["features"] == ["amp", "early-stopping"]
+
+
+def test_off_a_terminal_a_typo_is_one_line_with_the_suggestion(tmp_path):
+    result = scaffold_cli("new", "p", "-f", "early-stoping", cwd=tmp_path, input="")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "unknown feature 'early-stoping' (did you mean 'early-stopping'?)" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_checkbox_refuses_a_combination_that_cannot_be_generated():
+    from scaffold.catalogue import Feature
+    from scaffold.prompts import feature_problem
+
+    catalogue = {
+        "a": Feature("a", "A", conflicts=("b",)),
+        "b": Feature("b", "B"),
+        "c": Feature("c", "C", requires=("a",)),
+    }
+    assert feature_problem(["c"], catalogue) == "c needs a: tick a too, or untick c"
+    conflict = "a and b exclude each other: untick one of them"
+    assert feature_problem(["a", "b"], catalogue) == conflict
+    assert feature_problem(["a", "c"], catalogue) is None
+
+
+def test_help_shows_plain_metavars():
+    text = scaffold_cli("new", "--help").stdout
+    assert "Usage: scaffold new [OPTIONS] PATH" in text
+    assert "--task TASK" in text and "--feature NAME" in text
+    assert not re.search(r"[{}]|<(str|path|list)", text), text
+    text = scaffold_cli("add", "feature", "--help").stdout
+    assert "[OPTIONS] NAME" in text and "--project DIR" in text
+
+
+def test_scaffold_is_formatted_and_lint_clean():
+    """scaffold's own code: ruff format, and ruff check with import sorting and pyupgrade (I, UP),
+    as configured in pyproject.toml."""
+    ruff = [sys.executable, "-m", "ruff"]
+    check = subprocess.run([*ruff, "check", "scaffold"], cwd=REPO, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    fmt = subprocess.run(
+        [*ruff, "format", "--check", "scaffold"], cwd=REPO, capture_output=True, text=True
+    )
+    assert fmt.returncode == 0, fmt.stdout + fmt.stderr
+
+
+def test_scaffold_modules_import_only_downward():
+    """No import cycles: each module imports only modules listed before it here, at its top."""
+    import ast
+
+    order = ["errors", "versions", "catalogue", "answers", "paths", "record", "cache", "render",
+             "write", "lock", "project", "merge", "upgrade", "prompts", "cli"]
+    for position, name in enumerate(order):
+        tree = ast.parse((REPO / "scaffold" / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("scaffold"):
+                imported = [node.module.partition(".")[2]] if "." in node.module else [
+                    a.name for a in node.names if a.name != "__version__"]
+                for other in imported:
+                    assert other in order[:position], f"scaffold.{name} imports scaffold.{other}"
+                assert node in tree.body, f"scaffold.{name}: import scaffold.{imported} at the top"
+
+
+def test_requirements_txt_is_rendered_from_the_catalogue(monkeypatch):
+    """One source of truth: a feature's `packages` in the catalogue become its requirement lines."""
+    import dataclasses
+
+    import scaffold.catalogue as catalogue
+    from scaffold.render import render
+
+    patched = dict(catalogue.FEATURES)
+    patched["amp"] = dataclasses.replace(patched["amp"], packages=("apex-stand-in>=0.1",))
+    monkeypatch.setattr(catalogue, "FEATURES", patched)
+    files = render(Answers(project_name="p", task="text-classification", features=("amp",)))
+    lines = files["requirements.txt"].decode().splitlines()
+    assert lines[1:] == ["torch>=2.4", "tqdm>=4.60", "apex-stand-in>=0.1  # [amp]",
+                         "pytest>=8  # runs tests/"]
+    assert lines[1:] == catalogue.requirements("text-classification", ["amp"])

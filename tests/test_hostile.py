@@ -42,20 +42,10 @@ from conftest import REPO, scaffold_cli
 from scaffold.catalogue import FEATURES, TASKS
 from scaffold.cli import app
 from scaffold.errors import ScaffoldError, UsageError
-from scaffold.render import (
-    JOURNAL_FILE,
-    NAME_RE,
-    PRISTINE_FILE,
-    RECORD_FILE,
-    STAGING_DIR,
-    Answers,
-    check_description,
-    check_name,
-    recover,
-    render,
-    write_files,
-    write_new_project,
-)
+from scaffold.answers import NAME_RE, Answers, check_description, check_name
+from scaffold.record import PRISTINE_FILE, RECORD_FILE
+from scaffold.render import render
+from scaffold.write import JOURNAL_FILE, STAGING_DIR, recover, write_files, write_new_project
 
 try:
     import scaffold.merge  # noqa: F401  (written by another issue; its tests join in once it exists)
@@ -561,6 +551,7 @@ def test_a_damaged_record_is_one_line_that_says_what_to_do(tmp_path, clean_proje
     corrupt(project)
     before = read_tree(tmp_path)
     with pytest.raises(ScaffoldError) as info:
+        recover(project)  # what every command does first, once
         load_record(project)
     message = str(info.value)
     assert "\n" not in message and hint in message, message
@@ -577,7 +568,7 @@ def test_a_clean_record_loads(clean_project):
     from scaffold.record import load_record
 
     record = load_record(clean_project)
-    assert record.answers["project_name"] == PLACEHOLDER_NAME and "train.py" in record.pristine
+    assert record.answers.project_name == PLACEHOLDER_NAME and "train.py" in record.pristine
 
 
 # --- interrupts ------------------------------------------------------------------------------
@@ -726,8 +717,7 @@ def test_ctrl_c_while_rendering_is_one_line_and_writes_nothing(tmp_path, monkeyp
 def test_add_feature_killed_at_every_file_operation(tmp_path, clean_project, monkeypatch):
     """Old state or new state (after the next scaffold command finishes a committed write)."""
     from scaffold import render as render_mod
-    from scaffold.merge import change_feature
-    from scaffold.record import load_record
+    from scaffold.merge import change_feature, project_status
 
     cache = {}
     real_render = render_mod.render
@@ -738,7 +728,7 @@ def test_add_feature_killed_at_every_file_operation(tmp_path, clean_project, mon
             cache[key] = real_render(answers)
         return dict(cache[key])
 
-    monkeypatch.setattr(render_mod, "render", cached_render)
+    monkeypatch.setattr("scaffold.merge.render", cached_render)
     old_project = tmp_path / "old"
     shutil.copytree(clean_project, old_project, symlinks=True)
     train = old_project / "train.py"
@@ -760,7 +750,7 @@ def test_add_feature_killed_at_every_file_operation(tmp_path, clean_project, mon
         shutil.copytree(old_project, project, symlinks=True)
         status = run_and_signal(add(project), k, signal.SIGKILL)
         assert status == -signal.SIGKILL, (k, status)
-        load_record(project)  # the next command (status, add, remove, diff) starts with this
+        project_status(project)  # the next command: finishes or undoes the write, under the lock
         state = read_tree(project)
         assert state in (old, new), f"killed at operation {k}: {_mix(state, old, new)}"
 

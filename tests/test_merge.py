@@ -47,11 +47,13 @@ def memo_render(monkeypatch):
         return dict(_RENDERS[key])
 
     monkeypatch.setattr(render_mod, "render", render)
+    monkeypatch.setattr("scaffold.merge.render", render)
 
 
 def fresh(task="image-classification", features=()) -> dict[str, bytes]:
     """A render's own files (no .scaffold/)."""
-    from scaffold.render import Answers, render
+    from scaffold.answers import Answers
+    from scaffold.render import render
 
     files = render(Answers(NAME, task, list(features)))
     return {p: d for p, d in files.items() if not p.startswith(".scaffold/")}
@@ -334,7 +336,10 @@ def test_add_then_remove_gives_back_the_edited_files(tmp_path, feature):
     commit_all(project)
     result, lines = change(project, feature, add=False)
     assert result.conflicts == [], lines
-    assert snapshot(project, include_record=True) == before  # files, record and pristine copy
+    after = snapshot(project, include_record=True)
+    record, record_before = (json.loads(files.pop(".scaffold/record.json")) for files in (after, before))
+    assert (record.pop("generation"), record_before.pop("generation")) == (2, 0)  # one per commit
+    assert (after, record) == (before, record_before)  # files, pristine copy and record
 
 
 def test_dry_run_writes_nothing(tmp_path):
@@ -512,8 +517,6 @@ def test_a_failure_while_merging_writes_nothing(tmp_path):
 
 
 def test_a_failed_write_changes_nothing(tmp_path, monkeypatch):
-    import scaffold.render as render_mod
-
     project = make_project(tmp_path / "p")
     write_edits(project)
     commit_all(project)
@@ -524,7 +527,7 @@ def test_a_failed_write_changes_nothing(tmp_path, monkeypatch):
         calls.append(list(files))
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(render_mod, "write_files", disk_full)
+    monkeypatch.setattr("scaffold.lock.write_files", disk_full)
     with pytest.raises(ScaffoldError, match="writing the merged files failed"):
         change(project, "amp")
     # one write for everything, the record last
@@ -538,13 +541,13 @@ class Killed(BaseException):
 
 
 def test_a_write_killed_halfway_is_finished_by_the_next_command(tmp_path, monkeypatch):
-    import scaffold.render as render_mod
+    import scaffold.write as write_mod
 
     project = make_project(tmp_path / "p")
     write_edits(project)
     commit_all(project)
     edited = snapshot(project)
-    real_apply = render_mod._apply_journal
+    real_apply = write_mod._apply_journal
 
     def killed_after_one_move(root, ops):
         real_move = os.replace
@@ -556,17 +559,17 @@ def test_a_write_killed_halfway_is_finished_by_the_next_command(tmp_path, monkey
             moves.append(dst)
             real_move(src, dst)
 
-        monkeypatch.setattr(render_mod.os, "replace", move)
+        monkeypatch.setattr(write_mod.os, "replace", move)
         try:
             real_apply(root, ops)
         finally:
-            monkeypatch.setattr(render_mod.os, "replace", real_move)
+            monkeypatch.setattr(write_mod.os, "replace", real_move)
 
-    monkeypatch.setattr(render_mod, "_apply_journal", killed_after_one_move)
+    monkeypatch.setattr(write_mod, "_apply_journal", killed_after_one_move)
     with pytest.raises(Killed):
         change(project, "amp")
     assert features_of(project) == [] and snapshot(project) != edited  # half written
-    monkeypatch.setattr(render_mod, "_apply_journal", real_apply)
+    monkeypatch.setattr(write_mod, "_apply_journal", real_apply)
 
     result, lines = change(project, "amp", add=False, allow_dirty=True)  # the next command
     assert lines[0] == "note: finished an earlier scaffold write in this project that was interrupted"
@@ -677,7 +680,10 @@ def test_status_lists_versions_features_and_user_changes(tmp_path):
     (project / ".venv" / "lib" / "site.py").write_text("")
     lines = project_status(project)
     assert lines[0].startswith(f"project: {NAME} (")
-    assert lines[1] == f"made by: scaffold {__version__} (installed: {__version__}; templates the same)"
+    from scaffold.versions import TEMPLATE_VERSION
+
+    version = f"scaffold {__version__}, template version {TEMPLATE_VERSION}"
+    assert lines[1] == f"made by: {version} (installed: {version}; up to date)"
     assert lines[2:4] == ["task: image-classification", "features: amp"]
     assert lines[4:] == [
         "since the last render:",

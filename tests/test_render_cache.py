@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from scaffold import render as render_mod
-from scaffold.render import Answers, render
+from scaffold import cache
+from scaffold.answers import Answers
+from scaffold.render import render
 
 ANSWERS = Answers(project_name="cached", features=["amp", "resume"])
 
@@ -15,10 +16,10 @@ ANSWERS = Answers(project_name="cached", features=["amp", "resume"])
 def cache_dir(tmp_path, monkeypatch):
     def use(value):
         monkeypatch.setenv("SCAFFOLD_CACHE_DIR", value)
-        render_mod._cache_dir.cache_clear()
+        cache.cache_dir.cache_clear()
 
     yield use
-    render_mod._cache_dir.cache_clear()
+    cache.cache_dir.cache_clear()
 
 
 def test_caches_change_no_byte(tmp_path, cache_dir):

@@ -56,6 +56,7 @@ def memo_render(monkeypatch):
         return dict(_RENDERS[key])
 
     monkeypatch.setattr(render_mod, "render", render)
+    monkeypatch.setattr("scaffold.upgrade.render", render)
 
 
 def git(cwd, *args) -> str:
@@ -70,7 +71,9 @@ def commit_all(repo, message="edit"):
 
 def write_project(dest: Path, task="image-classification", features=(), templates=None,
                   in_git=True) -> Path:
-    from scaffold.render import Answers, render, write_new_project
+    from scaffold.answers import Answers
+    from scaffold.render import render
+    from scaffold.write import write_new_project
 
     write_new_project(dest, render(Answers(NAME, task, list(features)), templates))
     if in_git:
@@ -345,7 +348,8 @@ def insert_in_stable_region(old: bytes, new: bytes, line: bytes) -> tuple[bytes,
 def test_a_real_upgrade_keeps_edits_and_applies_the_template(tmp_path, tmp_path_factory, kind,
                                                              old_version):
     from scaffold.record import load_record
-    from scaffold.render import Answers, render, template_fingerprint
+    from scaffold.answers import Answers
+    from scaffold.render import render, template_fingerprint
     from scaffold.versions import TEMPLATE_VERSION
 
     task, features = REAL_PROJECTS[kind]
@@ -396,7 +400,8 @@ def test_a_real_upgrade_keeps_edits_and_applies_the_template(tmp_path, tmp_path_
 @pytest.mark.slow
 def test_the_upgraded_project_passes_its_own_tests(tmp_path, tmp_path_factory):
     """The real CLI (a subprocess) upgrades an edited project; then its own pytest suite runs."""
-    from scaffold.render import Answers, render
+    from scaffold.answers import Answers
+    from scaffold.render import render
 
     old_templates = _old_templates(OLD_VERSIONS[0], tmp_path_factory)
     project = write_project(tmp_path / NAME, templates=old_templates)
@@ -572,7 +577,7 @@ def test_diff_upgrade_is_the_template_change_for_these_answers(tmp_path, next_te
 
 def test_an_upgrade_killed_at_any_moment_leaves_the_old_or_the_new_project(
         tmp_path, next_templates):
-    from scaffold.record import load_record
+    from scaffold.merge import project_status
     from scaffold.upgrade import upgrade_project
 
     old_project = write_project(tmp_path / "old", in_git=False)
@@ -593,7 +598,7 @@ def test_an_upgrade_killed_at_any_moment_leaves_the_old_or_the_new_project(
         shutil.copytree(old_project, project)
         status = run_and_signal(upgrade(project), k, signal.SIGKILL)
         assert status == -signal.SIGKILL, (k, status)
-        load_record(project)  # what every next command starts with: the journal recovers
+        project_status(project)  # the next command: finishes or undoes the write, under the lock
         state = read_tree(project)
         assert state in (old, new), f"killed at operation {k}"
     # Ctrl-C while the files are being written waits until all of them are.
