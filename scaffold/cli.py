@@ -21,7 +21,7 @@ from scaffold import __version__, prompts
 from scaffold.answers import DEFAULT_DESCRIPTION, Answers, check_description, check_name
 from scaffold.catalogue import DEFAULT_TASK, FEATURES, TASKS, closest, did_you_mean
 from scaffold.errors import ScaffoldError, UsageError
-from scaffold.merge import change_feature, feature_diff, project_status
+from scaffold.merge import change_feature, feature_diff, find_project, project_status
 from scaffold.project import new_project
 from scaffold.upgrade import check_project, upgrade_diff, upgrade_project
 
@@ -208,6 +208,11 @@ def tasks() -> None:
         typer.echo(f"{t.name}{mark}: {t.help}")
 
 
+def _project_dir(project: Path | None) -> Path:
+    """--project DIR, else the generated project this folder is in (searched upwards)."""
+    return Path(project) if project is not None else find_project(Path("."))
+
+
 # Options shared by the project commands (add, remove, diff, status).
 Project = Annotated[
     Path | None,
@@ -264,7 +269,7 @@ def remove_feature(
 
 def _change_feature(name, project, dry_run, allow_dirty, wait, add):
     result = change_feature(
-        Path(project or "."),
+        _project_dir(project),
         name,
         add=add,
         dry_run=dry_run,
@@ -272,8 +277,8 @@ def _change_feature(name, project, dry_run, allow_dirty, wait, add):
         echo=typer.echo,
         wait=wait,
     )
-    if result.conflicts:
-        raise typer.Exit(code=1)
+    if result.exit_code:
+        raise typer.Exit(code=result.exit_code)
 
 
 @diff_app.command("feature", cls=PlainHelp)
@@ -288,7 +293,7 @@ def diff_feature(
     wait: Wait = None,
 ) -> None:
     """Show the patch that a feature contributes to this project."""
-    text = feature_diff(Path(project or "."), name, wait=wait, echo=_note)
+    text = feature_diff(_project_dir(project), name, wait=wait, echo=_note)
     _echo_diff(text, color)
 
 
@@ -308,7 +313,7 @@ def _echo_diff(text: str, color: bool | None) -> None:
 @reports_errors
 def status(project: Project = None, wait: Wait = None) -> None:
     """Show the scaffold version, task, features and which generated files you changed."""
-    for line in project_status(Path(project or "."), wait=wait, echo=_note):
+    for line in project_status(_project_dir(project), wait=wait, echo=_note):
         typer.echo(line)
 
 
@@ -322,10 +327,10 @@ def upgrade(
 ) -> None:
     """Merge the installed templates into this project, keeping your edits (three-way merge)."""
     result = upgrade_project(
-        Path(project or "."), dry_run=dry_run, allow_dirty=allow_dirty, echo=typer.echo, wait=wait
+        _project_dir(project), dry_run=dry_run, allow_dirty=allow_dirty, echo=typer.echo, wait=wait
     )
-    if result.change.conflicts:
-        raise typer.Exit(code=1)
+    if result.change.exit_code:
+        raise typer.Exit(code=result.change.exit_code)
 
 
 @app.command(cls=PlainHelp)
@@ -333,7 +338,7 @@ def check(project: Project = None, wait: Wait = None) -> None:
     """Exit 0 if the project has the installed templates, 1 if an upgrade is available, 2 if its
     record is missing or damaged. For CI."""
     try:
-        code, lines = check_project(Path(project or "."), wait=wait, echo=_note)
+        code, lines = check_project(_project_dir(project), wait=wait, echo=_note)
     except ScaffoldError as exc:  # no project, or one this scaffold cannot judge: exit 2
         typer.echo(f"error: {_one_line(str(exc))}", err=True)
         raise typer.Exit(code=2) from None
@@ -356,7 +361,7 @@ def diff_upgrade(
     wait: Wait = None,
 ) -> None:
     """Show the patch 'scaffold upgrade' would apply to this project's pristine files."""
-    migrations, text = upgrade_diff(Path(project or "."), wait=wait, echo=_note)
+    migrations, text = upgrade_diff(_project_dir(project), wait=wait, echo=_note)
     for line in migrations:
         typer.echo(f"# migration: {line}")
     if not text:

@@ -12,15 +12,22 @@ is merged in memory first; the results and the new record (answers + pristine co
 then written as one transaction (`scaffold.write.write_files`): a failure before
 that writes nothing, and a write killed halfway is finished by the next scaffold command.
 
-Choices: adding a feature that is already enabled (or removing one that is not) is an error
-(exit 1, "nothing to do"), so a typo never passes silently. Conflicts leave diff3 markers
-(`<<<<<<< yours`, `||||||| base`, `=======`, `>>>>>>> theirs`) in the files, are listed, and give
-exit status 1; the record already holds the new answers, and the next add/remove refuses to run
-until the markers are gone.
+The per-file engine is `merge_text` (base, yours, theirs -> a checked `TextMerge`): the user's
+encoding and line endings (scaffold.textio), the user's formatting (scaffold.style), conflicts where
+neither side changed what the other did settled and listed, then the merged Python checked for
+names it leaves undefined and for a removed feature's leftovers (scaffold.meaning).
+
+Choices: adding a feature that is already enabled (or removing one that is not) is refused (exit 2,
+"nothing to do"), so a typo never passes silently. Conflicts leave diff3 markers (`<<<<<<< yours`,
+`||||||| base`, `=======`, `>>>>>>> theirs`) in the files; they, the undefined names and the
+leftovers are listed by file and line and give exit status 1 (done, with conflicts to resolve); the
+record already holds the new answers, and the next add/remove refuses to run until the markers are
+gone. A file that cannot be merged as text stops the command before anything is written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import difflib
@@ -29,28 +36,31 @@ import shutil
 import subprocess
 import tempfile
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
 
-from scaffold import __version__, catalogue
+from scaffold import __version__, catalogue, meaning, textio, write
 from scaffold.errors import ScaffoldError, UsageError
 from scaffold.lock import commit, project_lock
+from scaffold.meaning import Gone, bound_names, config_fields, find_leftovers, name_tokens
 from scaffold.paths import RECORD_DIR, in_record_dir
-from scaffold.record import Record, load_record, sha256
+from scaffold.record import RECORD_FILE, Record, load_record, sha256
 from scaffold.render import base_is_current, black_version, render, template_fingerprint
+from scaffold.style import detect, similarity
 from scaffold.versions import TEMPLATE_VERSION, describe
 
 MARKER = "<<<<<<< yours"
 LABELS = ("yours", "base", "theirs")
+KEEP_BACKUPS = 3  # .scaffold/backup-* folders kept (the newest)
 
 
 @dataclass
 class FileChange:
     path: str
     action: str  # created, merged, updated, deleted
-    before: Optional[bytes]  # the user's file (None: absent)
-    after: Optional[bytes]  # what is written (None: deleted)
+    before: bytes | None  # the user's file (None: absent)
+    after: bytes | None  # what is written (None: deleted)
     conflicts: int = 0
 
 
@@ -63,7 +73,25 @@ class ChangeResult:
     changes: list[FileChange] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)  # one line each: "path: why"
     notes: list[str] = field(default_factory=list)
-    backup: Optional[Path] = None
+    auto_resolved: list[str] = field(default_factory=list)  # "path:line: what was done"
+    problems: list[str] = field(default_factory=list)  # "path:line uses `x`; why"
+    leftovers: list[str] = field(default_factory=list)  # "path:line: what to delete"
+
+    @property
+    def markers(self) -> int:
+        return sum(c.conflicts for c in self.changes)
+
+    @property
+    def to_resolve(self) -> list[str]:
+        """Everything the user must look at: conflicts, then problems, then leftovers."""
+        return [*self.conflicts, *self.problems, *self.leftovers]
+
+    @property
+    def exit_code(self) -> int:
+        """0: done, clean; 1: done, with conflicts to resolve."""
+        return 1 if self.to_resolve else 0
+
+    backup: Path | None = None
     written: bool = False
 
 
@@ -80,16 +108,6 @@ def _git() -> str:
     return git
 
 
-def _is_text(data: bytes) -> bool:
-    if b"\0" in data:
-        return False
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
 def _lf(data: bytes) -> bytes:
     return data.replace(b"\r\n", b"\n")
 
@@ -99,7 +117,7 @@ def _generated(files: dict[str, bytes]) -> dict[str, bytes]:
     return {p: d for p, d in files.items() if not in_record_dir(p)}
 
 
-def _read(project: Path, rel: str) -> Optional[bytes]:
+def _read(project: Path, rel: str) -> bytes | None:
     path = project / rel
     if path.is_symlink() or path.is_file():
         try:
@@ -112,7 +130,7 @@ def _read(project: Path, rel: str) -> Optional[bytes]:
 
 
 def merge_file(yours: bytes, base: bytes, theirs: bytes, git: str) -> tuple[bytes, int]:
-    """Three-way merge of LF-normalised text with `git merge-file`; (result, number of conflicts)."""
+    """Three-way merge of LF-normalised text with `git merge-file`: (result, conflict count)."""
     with tempfile.TemporaryDirectory(prefix="scaffold-merge-") as tmp:
         paths = []
         for label, data in zip(LABELS, (yours, base, theirs)):
@@ -121,8 +139,19 @@ def merge_file(yours: bytes, base: bytes, theirs: bytes, git: str) -> tuple[byte
                 f.write(data)
             paths.append(path)
         proc = subprocess.run(
-            [git, "merge-file", "-p", "--diff3",
-             "-L", LABELS[0], "-L", LABELS[1], "-L", LABELS[2], *paths],
+            [
+                git,
+                "merge-file",
+                "-p",
+                "--diff3",
+                "-L",
+                LABELS[0],
+                "-L",
+                LABELS[1],
+                "-L",
+                LABELS[2],
+                *paths,
+            ],
             capture_output=True,
         )
     if proc.returncode < 0 or proc.returncode > 127:
@@ -131,10 +160,230 @@ def merge_file(yours: bytes, base: bytes, theirs: bytes, git: str) -> tuple[byte
     return proc.stdout, proc.returncode
 
 
+# --- the per-file engine (add/remove feature today; `scaffold upgrade` next) -------------------
+
+
+@dataclass
+class TextMerge:
+    """One file merged: the bytes to write and everything the user must hear about."""
+
+    path: str
+    data: bytes | None  # the result, in the user's encoding and line endings
+    markers: int = 0  # conflict blocks left in the file (<<<<<<< yours ... >>>>>>> theirs)
+    auto_resolved: list[str] = field(default_factory=list)  # "path:line: what was done"
+    problems: list[str] = field(default_factory=list)  # undefined names etc. the merge introduced
+    leftovers: list[str] = field(default_factory=list)  # what a removed feature left behind
+
+
+class CannotMerge(Exception):
+    """This file cannot be merged as text: the whole command must stop before writing."""
+
+
+def _conflict_blocks(lines: list[str]):
+    """Split git's diff3 output into plain lines (str) and conflicts ((yours, base, theirs))."""
+    out, i = [], 0
+    while i < len(lines):
+        if lines[i].startswith(MARKER) and lines[i].rstrip("\n") == MARKER:
+            parts, current, i = [[], [], []], 0, i + 1
+            while i < len(lines) and not (
+                current == 2 and lines[i].rstrip("\n") == ">>>>>>> theirs"
+            ):
+                stripped = lines[i].rstrip("\n")
+                if current == 0 and stripped == "||||||| base":
+                    current = 1
+                elif current == 1 and stripped == "=======":
+                    current = 2
+                else:
+                    parts[current].append(lines[i])
+                i += 1
+            out.append(tuple(parts))
+        else:
+            out.append(lines[i])
+        i += 1
+    return out
+
+
+def _join(blocks, choice) -> str:
+    text = []
+    for k, block in enumerate(blocks):
+        if isinstance(block, str):
+            text.append(block)
+        else:
+            text.extend(choice(k, block))
+    return "".join(text)
+
+
+def _marked(block) -> list[str]:
+    yours, base, theirs = block
+    return [
+        MARKER + "\n",
+        *yours,
+        "||||||| base\n",
+        *base,
+        "=======\n",
+        *theirs,
+        ">>>>>>> theirs\n",
+    ]
+
+
+def _both_inserted(yours: list[str], theirs: list[str]) -> list[list[str]]:
+    """Ways to keep two insertions at one place: the change's lines first, then the user's."""
+    prefix = 0
+    while prefix < min(len(yours), len(theirs)) and yours[prefix] == theirs[prefix]:
+        prefix += 1
+    suffix = 0
+    while (
+        suffix < min(len(yours), len(theirs)) - prefix
+        and yours[len(yours) - 1 - suffix] == theirs[len(theirs) - 1 - suffix]
+    ):
+        suffix += 1
+    head, tail = yours[:prefix], yours[len(yours) - suffix :]
+    mine, new = yours[prefix : len(yours) - suffix], theirs[prefix : len(theirs) - suffix]
+    if not mine or not new:
+        return [head + (mine or new) + tail]
+    # blank lines both sides put around their block separate the two blocks too
+    if head and all(not line.strip() for line in head):
+        sep = head
+    elif tail and all(not line.strip() for line in tail):
+        sep = tail
+    else:
+        sep = []
+    return [head + new + sep + mine + tail, head + mine + sep + new + tail]
+
+
+def _same_modulo_style(rel: str, yours: bytes, base: bytes, style) -> bool:
+    """The user's file is the base, reformatted (or with other line endings)."""
+    if _lf(yours) == _lf(base):
+        return True
+    if not (style and rel.endswith(".py")):
+        return False
+
+    mine, old = textio.decode(yours, python=True), textio.decode(base, python=True)
+    return mine is not None and old is not None and style.apply(old.text, rel) == mine.text
+
+
+def _resolutions(yours: list[str], base: list[str], theirs: list[str]) -> list[list[str]]:
+    """Ways to settle a conflict where neither side changed what the other changed, best first.
+
+    - base empty: both sides only inserted lines at one place: keep both;
+    - the user's lines are the base plus lines before or after it (the user only added next to
+      what the change rewrote): the change's version, with the user's lines in their place.
+    Anything else is a real conflict ([]).
+    """
+    if not base:
+        return _both_inserted(yours, theirs)
+    n = len(base)
+    if len(yours) > n and yours[:n] == base:
+        return [theirs + yours[n:]]
+    if len(yours) > n and yours[-n:] == base:
+        return [yours[:-n] + theirs]
+    return []
+
+
+def _compiles_text(text: str) -> bool:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(text, "<merged>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def merge_text(
+    path: str,
+    base: bytes,
+    yours: bytes,
+    theirs: bytes,
+    *,
+    git: str | None = None,
+    style=None,
+    gone=None,
+) -> TextMerge:
+    """Three-way merge of one text file, checked: the engine of add/remove feature (and upgrade).
+
+    `base` and `theirs` are renders (UTF-8); `yours` is the user's file in its own encoding and line
+    endings, which the result keeps. `style` (scaffold.style.Style) brings base and theirs into the
+    user's formatting first; `gone` (scaffold.meaning.Gone) is what the change takes away, for the
+    leftover check. Pure insertions by both sides at one place are kept both (the change's lines
+    first) when the file still compiles. Raises CannotMerge when the file cannot be merged as text.
+    """
+
+    python = path.endswith(".py")
+    mine = textio.decode(yours, python=python)
+    old, new = textio.decode(base, python=python), textio.decode(theirs, python=python)
+    if mine is None or old is None or new is None:
+        raise CannotMerge(f"{path} is binary")
+    base_text, theirs_text = old.text, new.text
+    styled_kind = python or (path.endswith(".md") and style is not None and style.ruff_format)
+    if style and styled_kind and mine.text not in (base_text, theirs_text):
+        styled = style.apply(base_text, path)
+        if similarity(styled, mine.text) > similarity(base_text, mine.text):
+            base_text, theirs_text = styled, style.apply(theirs_text, path)
+    result = TextMerge(path, None)
+    if mine.text == base_text:
+        merged = theirs_text
+    elif mine.text == theirs_text or base_text == theirs_text:
+        merged = mine.text
+    else:
+        raw, _ = merge_file(
+            mine.text.encode(), base_text.encode(), theirs_text.encode(), git or _git()
+        )
+        blocks = _conflict_blocks(raw.decode().splitlines(keepends=True))
+        chosen: dict[int, list[str]] = {}
+        line = 1
+        for k, block in enumerate(blocks):
+            if isinstance(block, str):
+                line += 1
+                continue
+            y, b, t = block
+            options = _resolutions(y, b, t)
+            if options:  # both sides only inserted, or the user only added next to the change
+                for option in options:
+                    trial = {**chosen, k: option}  # other conflicts: yours, for the check
+                    text = _join(blocks, lambda i, blk, trial=trial: trial.get(i, blk[0]))
+                    if not python or _compiles_text(text):
+                        chosen[k] = option
+                        if b:
+                            what = "you added lines next to lines the change rewrote; kept yours"
+                        else:
+                            order = (
+                                "the change's lines first"
+                                if option is options[0]
+                                else "yours first, so that it compiles"
+                            )
+                            what = f"you and the change both added lines here; kept both ({order})"
+                        result.auto_resolved.append(f"{path}:{line}: {what}")
+                        break
+            line += len(chosen.get(k, _marked(block)))
+        merged = _join(blocks, lambda i, blk: chosen.get(i, _marked(blk)))
+        result.markers = sum(
+            1 for k, blk in enumerate(blocks) if not isinstance(blk, str) and k not in chosen
+        )
+    if python and not result.markers:
+        result.leftovers = (
+            meaning.find_leftovers(path, merged, gone, mine.text, base_text) if gone else []
+        )
+        flagged = {int(item.split(":")[1]) for item in result.leftovers}
+        result.problems = meaning.introduced_problems(
+            path, merged, mine.text, base_text, theirs_text, gone, skip_lines=flagged
+        )
+    try:
+        result.data = textio.encode(merged, mine)
+    except UnicodeEncodeError as exc:
+        raise CannotMerge(
+            f"{path} is {mine.encoding} text and the change adds "
+            f"{exc.object[exc.start : exc.end]!r}, "
+            f"which {mine.encoding} cannot store"
+        ) from None
+    return result
+
+
 def _git_repo(project: Path, git: str) -> bool:
     proc = subprocess.run(
         [git, "-C", str(project), "rev-parse", "--is-inside-work-tree"],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     return proc.returncode == 0 and proc.stdout.strip() == "true"
 
@@ -150,8 +399,9 @@ def _git_lines(project: Path, git: str, *args: str) -> list[str]:
 
 def _dirty_files(project: Path, git: str) -> list[str]:
     """Tracked files under `project` with uncommitted changes (staged or not)."""
-    entries = _git_lines(project, git, "status", "--porcelain=v1", "-z", "--untracked-files=no",
-                         "--", ".")
+    entries = _git_lines(
+        project, git, "status", "--porcelain=v1", "-z", "--untracked-files=no", "--", "."
+    )
     names, skip = set(), False
     for entry in entries:
         if skip:  # the source path of a rename or copy
@@ -160,6 +410,17 @@ def _dirty_files(project: Path, git: str) -> list[str]:
         names.add(entry[3:])
         skip = entry[:1] in ("R", "C")
     return sorted(names)
+
+
+def _has_markers(data: bytes) -> bool:
+    """Conflict markers of scaffold's merges or the user's own git merge (<<<<<<< HEAD)."""
+    lines = data.splitlines()
+    starts = [
+        i for i, line in enumerate(lines) if line.startswith(b"<<<<<<< ") or line == b"<<<<<<<"
+    ]
+    if not starts:
+        return False
+    return any(line.startswith(b">>>>>>> ") or line == b">>>>>>>" for line in lines[starts[0] :])
 
 
 def _conflicted_files(project: Path, paths) -> list[str]:
@@ -172,9 +433,22 @@ def _conflicted_files(project: Path, paths) -> list[str]:
             data = path.read_bytes()
         except OSError:
             continue
-        if any(line.startswith(MARKER.encode()) for line in data.splitlines()):
+        if _has_markers(data):
             marked.append(rel)
     return marked
+
+
+def find_project(start: Path) -> Path:
+    """The nearest folder at or above `start` holding `.scaffold/record.json` (else `start`)."""
+    start = Path(start)
+    try:
+        here = start.resolve()
+    except (OSError, RuntimeError):
+        return start
+    for folder in (here, *here.parents):
+        if (folder / RECORD_FILE).is_file():
+            return folder if folder != here else start
+    return start
 
 
 def _check_feature_name(name: str) -> None:
@@ -198,8 +472,11 @@ def _new_features(current: list[str], name: str, add: bool) -> list[str]:
                 f"feature {name!r} requires {', '.join(map(repr, missing))}, which this project "
                 f"does not have: run 'scaffold add feature {missing[0]}' first"
             )
-        clashes = [c for c in current if c in catalogue.FEATURES[name].conflicts
-                   or name in catalogue.FEATURES[c].conflicts]
+        clashes = [
+            c
+            for c in current
+            if c in catalogue.FEATURES[name].conflicts or name in catalogue.FEATURES[c].conflicts
+        ]
         if clashes:
             raise UsageError(
                 f"feature {name!r} conflicts with {clashes[0]!r}, which this project has: "
@@ -246,7 +523,7 @@ def change_feature(
     dry_run: bool = False,
     allow_dirty: bool = False,
     echo: Callable[[str], None] = print,
-    wait: Optional[float] = None,
+    wait: float | None = None,
 ) -> ChangeResult:
     """Add (or remove) feature `name` in the project at `project`, keeping the user's edits.
 
@@ -257,17 +534,15 @@ def change_feature(
         return _change_feature(project, name, add, dry_run, allow_dirty, echo)
 
 
-def _change_feature(project: Path, name: str, add, dry_run, allow_dirty, echo) -> ChangeResult:
-    git = _git()
-    record = load_record(project)
-    old_answers = record.answers
-    new_features = _new_features(old_answers.features, name, add)
-
+def _refuse_unsafe(project: Path, record: Record, git: str, dry_run, allow_dirty) -> bool:
+    """Refuse to merge over conflict markers, or (unless allowed) uncommitted changes to tracked
+    files. Returns whether the project is in a git repository. Shared with `scaffold upgrade`."""
     marked = _conflicted_files(project, record.generated)
     if marked:
         raise ScaffoldError(
-            f"unresolved conflict markers ({MARKER}) in {', '.join(marked)}: resolve them "
-            "(keep the lines you want, delete the <<<<<<< ||||||| ======= >>>>>>> lines) and run again"
+            f"unresolved conflict markers (<<<<<<<) in {', '.join(marked)}: resolve them "
+            "(keep the lines you want, delete the <<<<<<< ||||||| ======= >>>>>>> lines) "
+            "and run again"
         )
     in_git = _git_repo(project, git)
     if in_git and not dry_run and not allow_dirty:
@@ -278,6 +553,16 @@ def _change_feature(project: Path, name: str, add, dry_run, allow_dirty, echo) -
                 f"uncommitted changes to tracked files ({shown}): commit or stash them first, so "
                 "that git can show and undo the merge, or pass --allow-dirty"
             )
+    return in_git
+
+
+def _change_feature(project: Path, name: str, add, dry_run, allow_dirty, echo) -> ChangeResult:
+    git = _git()
+    record = load_record(project)
+    old_answers = record.answers
+    new_features = _new_features(old_answers.features, name, add)
+
+    in_git = _refuse_unsafe(project, record, git, dry_run, allow_dirty)
 
     result = ChangeResult(features_before=list(old_answers.features), features_after=new_features)
     base_files = _base_files(record, result.notes, name)
@@ -285,8 +570,30 @@ def _change_feature(project: Path, name: str, add, dry_run, allow_dirty, echo) -
     theirs_files = _generated(rendered)
     record_files = {p: d for p, d in rendered.items() if p not in theirs_files}
 
+    gone = _gone(base_files, theirs_files, result)
+    style = _style(project, base_files)
+    folders = {rel.rsplit("/", 1)[0] for rel in base_files if "/" in rel}
+    deleted = {
+        d
+        for d in folders  # a folder none of whose generated files the user kept
+        if not any((project / r).exists() for r in base_files if r.startswith(d + "/"))
+    }
     for rel in sorted(set(base_files) | set(theirs_files)):
-        _merge_one(project, rel, base_files.get(rel), theirs_files.get(rel), git, result)
+        folder = rel.rsplit("/", 1)[0] if "/" in rel else ""
+        if rel not in base_files and folder in deleted:
+            result.notes.append(f"note: {folder}/: you deleted it; {rel} not created")
+            continue
+        _merge_one(
+            project,
+            rel,
+            base_files.get(rel),
+            theirs_files.get(rel),
+            git,
+            result,
+            style=style,
+            gone=gone,
+        )
+    _scan_unchanged(project, record, result, gone)
 
     _check_compiles(result)
     verb = "add" if add else "remove"
@@ -298,19 +605,40 @@ def _change_feature(project: Path, name: str, add, dry_run, allow_dirty, echo) -
         _report(result, echo, verb, name, project, dry_run=True)
         return result
 
+    _write_result(project, result, record_files, record.generation, in_git, git, allow_dirty)
+    with _no_interrupts():  # everything is written: a Ctrl-C now must not turn it into a failure
+        _report(result, echo, verb, name, project, dry_run=False)
+    return result
+
+
+def _write_result(
+    project: Path, result: ChangeResult, record_files, generation: int, in_git, git, allow_dirty
+) -> None:
+    """Back up what git cannot give back, then write the changed files and the record as one
+    transaction (refused if the record is no longer at `generation`). Shared with upgrade."""
     writes = {c.path: c.after for c in result.changes}
     existing = [p for p in writes if (project / p).is_file()]
     if existing and not in_git:
-        result.backup = _backup(project, existing)
-    elif existing and in_git:
+        keep = existing
+    elif existing:
         tracked = _git_lines(project, git, "--literal-pathspecs", "ls-files", "-z", "--", *existing)
-        untracked = sorted(set(existing) - set(tracked))
-        if untracked:  # in a repository, but git could not give these back
-            result.backup = _backup(project, untracked)
+        # in a repository: what git cannot give back (untracked files, uncommitted changes)
+        dirty = set(_dirty_files(project, git)) if allow_dirty else set()
+        keep = sorted((set(existing) - set(tracked)) | (set(existing) & dirty))
+    else:
+        keep = []
+    for rel in [*writes, *record_files]:  # a refusal (a link in the way) before any backup
+        write._check_target(project, rel)
+    if keep:
+        result.backup = _backup(project, keep)
     try:
         # One transaction (scaffold.write.write_files): all of it or nothing, the record last;
         # refused if the record changed since it was read.
-        commit(project, {**writes, **record_files}, record.generation)
+        commit(project, {**writes, **record_files}, generation)
+    except ScaffoldError:
+        if result.backup is not None:
+            shutil.rmtree(result.backup, ignore_errors=True)
+        raise
     except OSError as exc:
         raise ScaffoldError(
             f"writing the merged files failed ({exc.strerror or exc}); the next scaffold command "
@@ -319,15 +647,36 @@ def _change_feature(project: Path, name: str, add, dry_run, allow_dirty, echo) -
             + (f" (your previous files are in {result.backup})" if result.backup else "")
         ) from None
     result.written = True
-    _report(result, echo, verb, name, project, dry_run=False)
-    return result
+
+
+@contextlib.contextmanager
+def _no_interrupts():
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
 
 
 _ON_DISK = object()
 
 
 def _merge_one(
-    project: Path, rel: str, base, theirs, git: str, result: ChangeResult, yours=_ON_DISK
+    project: Path,
+    rel: str,
+    base,
+    theirs,
+    git: str,
+    result: ChangeResult,
+    style=None,
+    gone=None,
+    yours=_ON_DISK,
 ) -> None:
     """`yours`: the user's file as `scaffold upgrade`'s migrations left it (default: on disk)."""
     if base == theirs:
@@ -346,7 +695,7 @@ def _merge_one(
     if theirs is None:  # the change removes this file
         if yours is None:
             return
-        if _lf(yours) == _lf(base):
+        if _same_modulo_style(rel, yours, base, style):
             result.changes.append(FileChange(rel, "deleted", yours, None))
         else:
             result.conflicts.append(
@@ -359,47 +708,95 @@ def _merge_one(
             f"note: {rel}: you deleted it; left deleted (the change would have updated it)"
         )
         return
-    if not (_is_text(yours) and _is_text(base) and _is_text(theirs)):  # binary: bytes only
+    try:
+        merged = merge_text(rel, base, yours, theirs, git=git, style=style, gone=gone)
+    except CannotMerge as exc:
         if yours == base:
             result.changes.append(FileChange(rel, "updated", yours, theirs))
-        elif yours != theirs:
-            result.conflicts.append(
-                f"{rel}: binary file changed by you and by the change; kept yours"
-            )
-        return
-    # The user's line-ending style is not an edit: merge LF text with a final newline, then
-    # give the result the user's style back (CRLF; no newline at the end of the file).
-    crlf = b"\r\n" in yours
-    ours = _lf(yours)
-    no_final_newline = bool(ours) and not ours.endswith(b"\n") and base.endswith(b"\n")
-    if no_final_newline:
-        ours += b"\n"
-    if ours == base:
-        merged, count = theirs, 0
-    elif ours == theirs:
-        return
-    else:
-        merged, count = merge_file(ours, base, theirs, git)
-    if no_final_newline and merged.endswith(b"\n"):
-        merged = merged[:-1]
-    if crlf:
-        merged = merged.replace(b"\n", b"\r\n")
-    if merged == yours:
+            return
+        if yours == theirs:
+            return
+        raise ScaffoldError(
+            f"cannot merge {rel}: {exc}, and both you and the change edited it; nothing was "
+            "written: set your version aside (or make it text), run again, then put it back"
+        ) from None
+    result.auto_resolved += merged.auto_resolved
+    result.problems += merged.problems
+    result.leftovers += merged.leftovers
+    if merged.data == yours:
         return
     result.changes.append(
-        FileChange(rel, "merged" if ours != base else "updated", yours, merged, conflicts=count)
-    )
-    if count:
-        result.conflicts.append(
-            f"{rel}: {count} conflict{'s' if count > 1 else ''} (marked {MARKER} ... >>>>>>> theirs)"
+        FileChange(
+            rel,
+            "merged" if _lf(yours) != _lf(base) else "updated",
+            yours,
+            merged.data,
+            conflicts=merged.markers,
         )
+    )
+    if merged.markers:
+        result.conflicts.append(
+            f"{rel}: {merged.markers} conflict{'s' if merged.markers > 1 else ''} "
+            f"(marked {MARKER} ... >>>>>>> theirs)"
+        )
+
+
+def _gone(base_files: dict[str, bytes], theirs_files: dict[str, bytes], result: ChangeResult):
+    """What a change takes away (scaffold.meaning.Gone): removed features' tags, names, fields."""
+
+    removed = [f for f in result.features_before if f not in result.features_after]
+    if not removed:
+        return None
+    who = f"feature {removed[0]!r}" if len(removed) == 1 else "the removed features"
+
+    def texts(files):
+        return [d.decode("utf-8", "replace") for p, d in files.items() if p.endswith(".py")]
+
+    left = set().union(*map(name_tokens, texts(theirs_files)))
+    before = texts(base_files)
+    names = set().union(*map(bound_names, before)) - left
+    fields = set().union(*map(config_fields, before)) - set().union(
+        *map(config_fields, texts(theirs_files))
+    )
+    return Gone(
+        features=tuple(removed),
+        names={n: who for n in sorted(names) if not n.startswith("__")},
+        fields={f: who for f in sorted(fields)},
+    )
+
+
+def _scan_unchanged(project: Path, record, result: ChangeResult, gone) -> None:
+    """Leftovers in the Python files the merge did not touch (generated or the user's own)."""
+
+    if gone is None:
+        return
+    touched = {c.path for c in result.changes} | {line.split(":")[0] for line in result.conflicts}
+    generated = [p for p in record.hashes if p.endswith(".py") and not p.startswith(".scaffold/")]
+    for rel in sorted(set(generated) | set(_user_python_files(project, record.hashes))):
+        if rel in touched:
+            continue
+        try:
+            data = _read(project, rel)
+        except ScaffoldError:
+            continue
+        text = textio.decode(data, python=True) if data is not None else None
+        if text is not None:  # a name the file binds itself is its own, not a leftover
+            result.leftovers += find_leftovers(rel, text.text, gone, yours=text.text)
+
+
+def _style(project: Path, base_files: dict[str, bytes]):
+    """The user's formatting (scaffold.style), or None when it is scaffold's own."""
+
+    return detect(project, base_files)
 
 
 def _check_compiles(result: ChangeResult) -> None:
     for change in result.changes:
         if change.path.endswith(".py") and change.after is not None and not change.conflicts:
             try:
-                with warnings.catch_warnings():  # e.g. an invalid escape: not this command's business
+                with (
+                    warnings.catch_warnings()
+                ):  # e.g. an invalid escape: not this command's business
                     warnings.simplefilter("ignore")
                     compile(change.after, change.path, "exec", dont_inherit=True)
             except (SyntaxError, ValueError) as exc:
@@ -412,7 +809,7 @@ def _check_compiles(result: ChangeResult) -> None:
                 )
 
 
-def _compiles(data: Optional[bytes]) -> bool:
+def _compiles(data: bytes | None) -> bool:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -436,37 +833,78 @@ def _backup(project: Path, paths: list[str]) -> Path:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
     folder.mkdir(parents=True, exist_ok=True)
+    backups = sorted((project / RECORD_DIR).glob("backup-*"), key=lambda p: p.stat().st_mtime_ns)
+    for old in backups[:-KEEP_BACKUPS]:
+        if old != folder and old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
     return folder
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def _report_lists(result: ChangeResult, echo) -> None:
+    """The changed files, the backup, and what the user must look at (shared with upgrade)."""
+    for change in result.changes:
+        extra = f" ({_plural(change.conflicts, 'conflict')})" if change.conflicts else ""
+        echo(f"  {change.action:<8} {change.path}{extra}")
+    if result.backup is not None:
+        echo(f"backup of the files about to change: {result.backup}")
+    if result.auto_resolved:
+        echo(f"merged automatically ({len(result.auto_resolved)}):")
+        for line in result.auto_resolved:
+            echo(f"  {line}")
+    others = [c for c in result.conflicts if "(marked <<<<<<<" not in c]
+    count = result.markers + len(others)
+    if result.conflicts:
+        echo(f"conflicts ({count}):")
+        for line in result.conflicts:
+            echo(f"  {line}")
+    if result.problems:
+        echo(f"names the merge leaves undefined ({len(result.problems)}):")
+        for line in result.problems:
+            echo(f"  {line}")
+    if result.leftovers:
+        echo(f"left over from the removed feature ({len(result.leftovers)}):")
+        for line in result.leftovers:
+            echo(f"  {line}")
 
 
 def _report(result: ChangeResult, echo, verb: str, name: str, project: Path, dry_run: bool) -> None:
     would = "would be " if dry_run else ""
-    for change in result.changes:
-        extra = f" ({change.conflicts} conflict{'s' if change.conflicts > 1 else ''})" if change.conflicts else ""
-        echo(f"  {change.action:<8} {change.path}{extra}")
-    if result.backup is not None:
-        echo(f"backup of the files about to change: {result.backup}")
-    if result.conflicts:
-        echo(f"conflicts ({len(result.conflicts)}):")
-        for line in result.conflicts:
-            echo(f"  {line}")
+    _report_lists(result, echo)
     past = "added" if verb == "add" else "removed"
     if dry_run:
-        echo(f"dry run: feature {name!r} {would}{past}; {len(result.changes)} files would change; "
-             "nothing was written")
-    elif result.conflicts:
-        echo(f"feature {name!r} {past} with conflicts: resolve the markers in the files above "
-             "(the record already lists the new features); then run your tests")
+        echo(
+            f"dry run: feature {name!r} {would}{past}; {len(result.changes)} files would change; "
+            "nothing was written"
+        )
+    elif result.markers:
+        echo(
+            f"feature {name!r} {past} with {_plural(result.markers, 'conflict')}: resolve the "
+            "markers in the files above (the record already lists the new features); then run "
+            "your tests"
+        )
+    elif result.to_resolve:
+        echo(
+            f"feature {name!r} {past} in the generated code, but {len(result.to_resolve)} "
+            "items above need your hand (the record already lists the new features): fix them, "
+            "then run your tests"
+        )
     else:
-        echo(f"feature {name!r} {past}: {len(result.changes)} files changed, your edits kept "
-             f"(features: {', '.join(result.features_after) or 'none'})")
+        echo(
+            f"feature {name!r} {past}: {len(result.changes)} files changed, your edits kept "
+            f"(features: {', '.join(result.features_after) or 'none'})"
+        )
 
 
-def _unified(rel: str, before: Optional[bytes], after: Optional[bytes]) -> str:
+def _unified(rel: str, before: bytes | None, after: bytes | None) -> str:
     a = [] if before is None else before.decode("utf-8", "replace").splitlines(keepends=True)
     b = [] if after is None else after.decode("utf-8", "replace").splitlines(keepends=True)
     lines = difflib.unified_diff(
-        a, b,
+        a,
+        b,
         fromfile="/dev/null" if before is None else f"a/{rel}",
         tofile="/dev/null" if after is None else f"b/{rel}",
     )
@@ -481,7 +919,7 @@ def _unified(rel: str, before: Optional[bytes], after: Optional[bytes]) -> str:
 # --- diff feature ----------------------------------------------------------------------------
 
 
-def feature_diff(project: Path, name: str, *, wait: Optional[float] = None, echo=None) -> str:
+def feature_diff(project: Path, name: str, *, wait: float | None = None, echo=None) -> str:
     """The patch feature `name` contributes to this project: render without it -> with it."""
     command = f"diff feature {name}"
     with project_lock(Path(project), write=False, command=command, wait=wait, echo=echo):
@@ -523,8 +961,10 @@ def _user_python_files(project: Path, known) -> list[str]:
     found = []
     for root, dirs, files in os.walk(project):
         dirs[:] = sorted(
-            d for d in dirs
-            if not d.startswith(".") and d not in _SKIP_DIRS
+            d
+            for d in dirs
+            if not d.startswith(".")
+            and d not in _SKIP_DIRS
             and not (Path(root) / d / "pyvenv.cfg").exists()
         )
         for name in sorted(files):
@@ -535,7 +975,7 @@ def _user_python_files(project: Path, known) -> list[str]:
     return found
 
 
-def project_status(project: Path, *, wait: Optional[float] = None, echo=None) -> list[str]:
+def project_status(project: Path, *, wait: float | None = None, echo=None) -> list[str]:
     """What made this project, its task and features, and what the user changed since."""
     with project_lock(Path(project), write=False, command="status", wait=wait, echo=echo):
         return _project_status(Path(project))

@@ -29,24 +29,22 @@ from pathlib import Path
 
 from scaffold import __version__
 from scaffold.errors import ScaffoldError
-from scaffold.lock import commit, project_lock
+from scaffold.lock import project_lock
 from scaffold.merge import (
-    MARKER,
     ChangeResult,
     FileChange,
-    _backup,
     _check_compiles,
     _conflicted_files,
-    _dirty_files,
     _generated,
     _git,
-    _git_lines,
-    _git_repo,
-    _is_text,
     _merge_one,
     _read,
+    _refuse_unsafe,
+    _report_lists,
+    _style,
     _unified,
     _user_python_files,
+    _write_result,
 )
 from scaffold.record import RECORD_FILE, _dump, load_record
 from scaffold.render import black_version, render, template_fingerprint
@@ -100,9 +98,12 @@ def _flag_patterns(migration: Migration):
 
 
 def _rename_flag(data: bytes, migration: Migration) -> bytes:
-    if not _is_text(data):
+    try:  # renames apply to UTF-8 text; anything else is left alone
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
         return data
-    text = data.decode("utf-8")
+    if "\0" in text:
+        return data
     for pattern, new in _flag_patterns(migration):
         text = pattern.sub(new, text)
     return text.encode("utf-8")
@@ -200,27 +201,14 @@ def _upgrade(project: Path, dry_run, allow_dirty, echo, target) -> UpgradeResult
         after = f"{after} (black {black_version()})"
     change = ChangeResult(list(answers.features), list(answers.features))
     result = UpgradeResult(record.template_version, target.version, change)
-    marked = _conflicted_files(project, record.generated)
-    if marked:  # first: an upgrade that ended in conflicts is up to date, but not finished
-        raise ScaffoldError(
-            f"unresolved conflict markers ({MARKER}) in {', '.join(marked)}: resolve them "
-            "(keep the lines you want, delete the <<<<<<< ||||||| ======= >>>>>>> lines) "
-            "and run again"
-        )
-    if _up_to_date(record, target):
+    if not _conflicted_files(project, record.generated) and _up_to_date(record, target):
+        # (with markers left, an upgrade that ended in conflicts is up to date but not finished:
+        # refused below, as add feature does)
         result.up_to_date = True
         echo(f"already at template {after} (scaffold {__version__}); nothing to do")
         return result
+    in_git = _refuse_unsafe(project, record, git, dry_run, allow_dirty)
     _refuse_downgrade(record, target)
-    in_git = _git_repo(project, git)
-    if in_git and not dry_run and not allow_dirty:
-        names = _dirty_files(project, git)
-        if names:
-            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-            raise ScaffoldError(
-                f"uncommitted changes to tracked files ({shown}): commit or stash them first, so "
-                "that git can show and undo the merge, or pass --allow-dirty"
-            )
 
     migrations = target.migrations
     if migrations is None:
@@ -232,9 +220,11 @@ def _upgrade(project: Path, dry_run, allow_dirty, echo, target) -> UpgradeResult
     theirs = _generated(rendered)
     record_files = _with_version({p: d for p, d in rendered.items() if p not in theirs}, target)
 
+    style = _style(project, migrated.base)
     for rel in sorted(set(migrated.base) | set(theirs)):
         kwargs = {"yours": migrated.yours[rel]} if rel in migrated.yours else {}
-        _merge_one(project, rel, migrated.base.get(rel), theirs.get(rel), git, change, **kwargs)
+        base = migrated.base.get(rel)
+        _merge_one(project, rel, base, theirs.get(rel), git, change, style=style, **kwargs)
     _count_migrated_files(project, migrated, change)
     _check_compiles(change)
 
@@ -248,27 +238,7 @@ def _upgrade(project: Path, dry_run, allow_dirty, echo, target) -> UpgradeResult
         _report(result, before, after, echo, dry_run=True)
         return result
 
-    writes = {c.path: c.after for c in change.changes}
-    existing = [p for p in writes if (project / p).is_file()]
-    if existing and not in_git:
-        change.backup = _backup(project, existing)
-    elif existing and in_git:
-        tracked = _git_lines(project, git, "--literal-pathspecs", "ls-files", "-z", "--", *existing)
-        untracked = sorted(set(existing) - set(tracked))
-        if untracked:  # in a repository, but git could not give these back
-            change.backup = _backup(project, untracked)
-    try:
-        # One transaction: all of it or nothing, the record last; refused if the record changed
-        # since it was read.
-        commit(project, {**writes, **record_files}, record.generation)
-    except OSError as exc:
-        raise ScaffoldError(
-            f"writing the merged files failed ({exc.strerror or exc}); the next scaffold command "
-            "in this project finishes or undoes a half-done write: fix the cause, then run "
-            "'scaffold status'"
-            + (f" (your previous files are in {change.backup})" if change.backup else "")
-        ) from None
-    change.written = True
+    _write_result(project, change, record_files, record.generation, in_git, git, allow_dirty)
     _report(result, before, after, echo, dry_run=False)
     return result
 
@@ -299,26 +269,23 @@ def _count_migrated_files(project: Path, migrated: Migrated, change: ChangeResul
 
 def _report(result: UpgradeResult, before: str, after: str, echo, dry_run: bool) -> None:
     change = result.change
-    for item in change.changes:
-        extra = ""
-        if item.conflicts:
-            extra = f" ({item.conflicts} conflict{'s' if item.conflicts > 1 else ''})"
-        echo(f"  {item.action:<8} {item.path}{extra}")
-    if change.backup is not None:
-        echo(f"backup of the files about to change: {change.backup}")
-    if change.conflicts:
-        echo(f"conflicts ({len(change.conflicts)}):")
-        for line in change.conflicts:
-            echo(f"  {line}")
+    _report_lists(change, echo)
     if dry_run:
         echo(
             f"dry run: template {before} -> {after}; {len(change.changes)} files would change; "
             "nothing was written"
         )
-    elif change.conflicts:
+    elif change.markers:
         echo(
-            f"upgraded from template {before} to {after} with conflicts: resolve the markers in "
-            "the files above (the record already holds the new version); then run your tests"
+            f"upgraded from template {before} to {after} with {change.markers} conflict(s): "
+            "resolve the markers in the files above (the record already holds the new version); "
+            "then run your tests"
+        )
+    elif change.to_resolve:
+        echo(
+            f"upgraded from template {before} to {after}, but {len(change.to_resolve)} items "
+            "above need your hand (the record already holds the new version): fix them, then "
+            "run your tests"
         )
     else:
         echo(

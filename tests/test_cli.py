@@ -92,7 +92,7 @@ def test_existing_non_empty_directory_needs_force(tmp_path):
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "notes.txt").write_text("mine")
     result = scaffold_cli("new", "p", "--defaults", cwd=tmp_path)
-    assert result.returncode == 1 and "--force" in result.stderr
+    assert result.returncode == 2 and "--force" in result.stderr
     assert "Traceback" not in result.stderr
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["notes.txt"]
     result = scaffold_cli("new", "p", "--defaults", "--force", cwd=tmp_path)
@@ -264,7 +264,8 @@ def test_scaffold_modules_import_only_downward():
     import ast
 
     order = ["errors", "versions", "catalogue", "answers", "paths", "record", "cache", "render",
-             "write", "lock", "project", "merge", "upgrade", "prompts", "cli"]
+             "write", "lock", "project", "textio", "style", "meaning", "merge", "upgrade",
+             "prompts", "cli"]
     for position, name in enumerate(order):
         tree = ast.parse((REPO / "scaffold" / f"{name}.py").read_text())
         for node in ast.walk(tree):

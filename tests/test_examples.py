@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import difflib
 import subprocess
 import sys
@@ -44,6 +45,66 @@ def test_snapshot_is_byte_identical(name):
             pytest.fail(f"{name}/{path} differs; regenerate with python -m scaffold.examples\n{diff[:6000]}")
 
 
+# the generated project's own modules: first-party for import sorting
+LOCAL_MODULES = ["train", "data", "model", "callbacks", "conftest"]
+
+# main() keeps the whole loop visible but no setup: at most this many lines, and no
+# statement inside more than this many nested for/while/if/with/try blocks (issue 15)
+MAIN_MAX_LINES = 220
+MAIN_MAX_NESTING = 5
+NESTING_BLOCKS = (ast.For, ast.AsyncFor, ast.While, ast.If, ast.With, ast.AsyncWith, ast.Try)
+
+
+def nesting(statements: list, depth: int = 0) -> int:
+    """The largest number of for/while/if/with/try blocks around any of `statements`."""
+    deepest = depth
+    for node in statements:
+        inner = depth + isinstance(node, NESTING_BLOCKS)
+        for field in ("body", "orelse", "finalbody"):
+            deepest = max(deepest, nesting(getattr(node, field, []), inner))
+        for handler in getattr(node, "handlers", []):
+            deepest = max(deepest, nesting(handler.body, inner))
+    return deepest
+
+
+def test_nesting_counts_blocks():
+    tree = ast.parse("def main():\n    x = 1\n    for a in b:\n        try:\n            pass\n"
+                     "        except E:\n            if c:\n                y = 2\n")
+    assert nesting(tree.body[0].body) == 3  # the `y = 2` is inside for, try, if
+    assert nesting(ast.parse("x = 1").body) == 0
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_main_is_short_and_shallow(name):
+    """Setup lives in named top-level functions; main() holds the loop (issue 15)."""
+    tree = ast.parse((ROOT / name / "train.py").read_text())
+    (main,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"]
+    lines = main.end_lineno - main.lineno + 1
+    assert lines <= MAIN_MAX_LINES, f"{name}: main() has {lines} lines (at most {MAIN_MAX_LINES})"
+    depth = nesting(main.body)
+    assert depth <= MAIN_MAX_NESTING, f"{name}: main() nests {depth} blocks deep"
+    closures = [n.name for n in ast.walk(main) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    assert closures == ["main"], f"{name}: functions defined inside main(): {closures[1:]}"
+
+
+def test_docstrings_have_no_orphan_words():
+    """No docstring line of train.py, callbacks.py or tests/ holds a lone word that the
+    line above could have taken (a paragraph wrapped one word too late)."""
+    orphans = []
+    for name in EXAMPLES:
+        paths = [ROOT / name / "train.py", *(ROOT / name).glob("callbacks.py"), *(ROOT / name).glob("tests/*.py")]
+        for path in paths:
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)):
+                    continue
+                lines = (ast.get_docstring(node, clean=False) or "").splitlines()
+                for above, line in zip(lines, lines[1:]):
+                    words = line.split()
+                    if len(words) == 1 and above.strip() and not line.startswith(" "):
+                        orphans.append(f"{name}/{path.name}: {above.strip()[-30:]!r} / {line!r}")
+    assert not orphans, "\n".join(sorted(set(orphans)))
+
+
 def test_render_is_deterministic():
     assert render_example("all") == render_example("all")
 
@@ -53,9 +114,12 @@ def test_examples_are_black_and_ruff_clean():
     assert black.returncode == 0, black.stderr
     ruff = subprocess.run(
         # F: pyflakes; E9: syntax; E501: no line over black's 88 columns (black cannot split
-        # long strings and comments; the templates must)
-        [sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", "--select", "F,E9,E501",
-         "--line-length", "88", str(ROOT)],
+        # long strings and comments; the templates must); I: imports sorted as isort would,
+        # the project's own modules (train, data, model, callbacks, conftest) after
+        # third-party ones
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", "--select", "F,E9,E501,I",
+         "--line-length", "88", "--config", f"lint.isort.known-first-party = {LOCAL_MODULES!r}",
+         str(ROOT)],
         capture_output=True, text=True,
     )
     assert ruff.returncode == 0, ruff.stdout

@@ -785,7 +785,7 @@ def test_the_real_cli_killed_at_random_moments(tmp_path, rendered):
         else:
             assert _visible(cwd) == [], (signum, stderr)
             if signum == signal.SIGINT and "Traceback" not in stderr:  # past Python's start-up
-                assert proc.returncode in (1, 130), stderr
+                assert proc.returncode in (2, 130), stderr
 
 
 # --- the generated scripts -------------------------------------------------------------------
@@ -1007,7 +1007,7 @@ def code_messages():
                     and node.func.id in ("ScaffoldError", "UsageError") and node.args):
                 text = _template(node.args[0])
                 assert text is not None and text.strip("<>"), f"{path.name}:{node.lineno}: build the message inline"
-                messages.append((text, 2 if node.func.id == "UsageError" else 1))
+                messages.append((text, 2))  # a refusal: nothing written
                 raised.add(id(node.args[0]))
         for node in ast.walk(tree):
             text = _template(node)

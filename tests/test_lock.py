@@ -227,7 +227,7 @@ def test_a_second_writer_names_the_holder_then_refuses(tmp_path):
     finally:
         release.set()
         holder.join()
-    assert result.returncode == 1
+    assert result.returncode == 2  # refused, nothing written
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert errors == [
         f"error: {project} is busy: 'scaffold add feature amp' (pid {os.getpid()}, since "

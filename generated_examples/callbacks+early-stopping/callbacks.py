@@ -77,27 +77,3 @@ class TimeLimit:
             print(f"step {step}: time limit (--max-hours) reached, stopping")
             return True
         return False
-
-
-class EarlyStopping:
-    """[early-stopping] Stops when `monitor` has not improved by `min_delta` for
-    `patience` validations."""
-
-    def __init__(self, monitor: str, mode: str, patience: int, min_delta: float):
-        self.monitor, self.sign = monitor, 1.0 if mode == "min" else -1.0
-        self.patience, self.min_delta = patience, min_delta
-        self.best, self.bad_epochs = None, 0
-
-    def on_validation_end(self, epoch, step, metrics):
-        score = self.sign * metrics[self.monitor]  # lower is better
-        if self.best is None or score < self.best - self.min_delta:
-            self.best, self.bad_epochs = score, 0
-            return False
-        self.bad_epochs += 1
-        if self.bad_epochs >= self.patience:
-            print(
-                f"early stopping: {self.monitor} has not improved"
-                f" for {self.patience} epochs"
-            )
-            return True
-        return False

@@ -9,9 +9,11 @@
 #SBATCH --gpus-per-node=8
 #SBATCH --cpus-per-task=16
 #SBATCH --time=24:00:00
+#SBATCH --output=slurm-%j.out
+# [resume] SIGUSR1 120 s before the time limit; a preempted job may be requeued
 #SBATCH --signal=B:USR1@120
 #SBATCH --requeue
-#SBATCH --output=slurm-%j.out
+
 set -uo pipefail
 
 head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
@@ -34,8 +36,10 @@ while kill -0 "$pid" 2>/dev/null; do  # the trap interrupted `wait`: wait for th
   wait "$pid"
   status=$?
 done
+# [resume] preempted, checkpoint saved: run the job again
 if [ "$status" -eq 75 ]; then
   echo "checkpoint saved on preemption: requeueing $SLURM_JOB_ID"
   scontrol requeue "$SLURM_JOB_ID"
 fi
+
 exit "$status"

@@ -2,7 +2,7 @@
 # [ddp] One node, one process per GPU (or, without GPUs, NPROC CPU processes with gloo).
 #   ./launch.sh                 all visible GPUs (or 2 CPU processes)
 #   NPROC=4 ./launch.sh --epochs 10
-# The global batch is batch_size x NPROC.
+# The global batch is batch_size x NPROC per micro-batch.
 set -euo pipefail
 cd "$(dirname "$0")"
 if command -v nvidia-smi >/dev/null 2>&1; then

@@ -4,7 +4,7 @@ A callback is any object with some of these methods (all keyword arguments); a m
 method is simply not called. train.py calls them in this order:
 
     on_train_start(cfg, step)
-        once, before the first update (step > 0 after a resume)
+        once, before the first update
     on_step_end(step, metrics)
         after every optimizer update; metrics has step, epoch, lr, train_loss (and
         samples_per_s on logging steps)
@@ -75,29 +75,5 @@ class TimeLimit:
     def on_step_end(self, step, metrics):
         if self.max_seconds and time.perf_counter() - self.start > self.max_seconds:
             print(f"step {step}: time limit (--max-hours) reached, stopping")
-            return True
-        return False
-
-
-class EarlyStopping:
-    """[early-stopping] Stops when `monitor` has not improved by `min_delta` for
-    `patience` validations."""
-
-    def __init__(self, monitor: str, mode: str, patience: int, min_delta: float):
-        self.monitor, self.sign = monitor, 1.0 if mode == "min" else -1.0
-        self.patience, self.min_delta = patience, min_delta
-        self.best, self.bad_epochs = None, 0
-
-    def on_validation_end(self, epoch, step, metrics):
-        score = self.sign * metrics[self.monitor]  # lower is better
-        if self.best is None or score < self.best - self.min_delta:
-            self.best, self.bad_epochs = score, 0
-            return False
-        self.bad_epochs += 1
-        if self.bad_epochs >= self.patience:
-            print(
-                f"early stopping: {self.monitor} has not improved"
-                f" for {self.patience} epochs"
-            )
             return True
         return False

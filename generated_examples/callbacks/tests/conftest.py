@@ -1,10 +1,10 @@
-"""Shared helpers for this project's tests, which run YOUR train.py, model.py and
-data.py.
+"""Shared helpers for this project's tests, which run YOUR train.py, model.py
+and data.py.
 
-Each test calls `train.main([...])` in this process with tiny settings
-and checks one guarantee of the features this project was generated with; README.md
-("What the tests guarantee") lists them. An edit that breaks a guarantee fails its test
-at once. Run them from the project folder: `pytest`, or `pytest -x -q -k NAME` for one.
+Each test calls `train.main([...])` in this process with tiny settings and checks one
+guarantee of the features this project was generated with; README.md ("What the tests
+guarantee") lists them. An edit that breaks a guarantee fails its test at once. Run them
+from the project folder: `pytest`, or `pytest -x -q -k NAME` for one.
 """
 
 from __future__ import annotations

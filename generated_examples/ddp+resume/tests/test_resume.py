@@ -1,11 +1,10 @@
 """[resume] A run stopped by SIGTERM in the middle of an epoch and started again ends
-bitwise equal to a run never stopped; checkpoints load with
-torch.load(weights_only=True).
+bitwise equal to a run never stopped; its checkpoints load with weights_only=True.
 
 The stop is deterministic: SIGTERM is sent from inside the run just before its N-th
 update, as a cluster scheduler would send it; train.py must save at the next update
-boundary and exit with 75. The second run then resumes from last.pt (--resume auto, the
-default)."""
+boundary and exit with 75. The second run then resumes from last.pt (--resume auto,
+the default)."""
 
 import os
 import signal

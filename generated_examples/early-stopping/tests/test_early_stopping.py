@@ -1,6 +1,6 @@
-"""[early-stopping] Training stops after --patience validations without an improvement
-of more than --min-delta in --monitor (in the --mode direction); best.pt holds the best
-epoch.
+"""[early-stopping] Training stops after --patience validations without an
+improvement of more than --min-delta in --monitor (in the --mode direction); best.pt
+holds the best epoch.
 
 Validation returns scripted numbers here (train.evaluate is replaced), so the stop epoch
 is known in advance; everything else is your loop."""

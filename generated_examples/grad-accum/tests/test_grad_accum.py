@@ -19,8 +19,14 @@ batch_independent() in conftest.py for why BatchNorm is kept in eval mode here.
 
 import pytest
 
-from conftest import UpdateRecorder, batch_independent, load, read_metrics, run_main
-from conftest import relative_difference
+from conftest import (
+    UpdateRecorder,
+    batch_independent,
+    load,
+    read_metrics,
+    relative_difference,
+    run_main,
+)
 
 K, B = 4, 8
 # far above float32 rounding (~1e-7), far below any scaling mistake

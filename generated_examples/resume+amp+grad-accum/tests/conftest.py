@@ -1,21 +1,23 @@
-"""Shared helpers for this project's tests, which run YOUR train.py, model.py and
-data.py.
+"""Shared helpers for this project's tests, which run YOUR train.py, model.py
+and data.py.
 
-Each test calls `train.main([...])` in this process with tiny settings
-and checks one guarantee of the features this project was generated with; README.md
-("What the tests guarantee") lists them. An edit that breaks a guarantee fails its test
-at once. Run them from the project folder: `pytest`, or `pytest -x -q -k NAME` for one.
+Each test calls `train.main([...])` in this process with tiny settings and checks one
+guarantee of the features this project was generated with; README.md ("What the tests
+guarantee") lists them. An edit that breaks a guarantee fails its test at once. Run them
+from the project folder: `pytest`, or `pytest -x -q -k NAME` for one.
 """
 
 from __future__ import annotations
 
 import csv
-import signal
+import signal  # [resume]
 from pathlib import Path
 
-import pytest
+import pytest  # [resume]
 import torch
-from torch.optim.optimizer import register_optimizer_step_pre_hook
+from torch.optim.optimizer import (
+    register_optimizer_step_pre_hook,
+)  # [amp] [grad-accum] [resume]
 
 import train
 
@@ -58,6 +60,7 @@ def assert_bitwise_equal(a: dict, b: dict) -> None:
     assert not different, message
 
 
+# [grad-accum] two runs that batch the same samples differently
 def relative_difference(a, b) -> float:
     """|a - b| / |b| over two tensors, or two state dicts taken as one vector. The same
     arithmetic in another order (a batch split in two, two processes) gives ~1e-7."""
@@ -66,6 +69,7 @@ def relative_difference(a, b) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm().clamp(min=1e-30))
 
 
+# [amp] [grad-accum] [resume] what each optimizer update applies
 class UpdateRecorder:
     """Watches every optimizer.step() while active: the gradient the update applies (all
     parameters as one float32 vector, after clipping and unscaling) and its learning
@@ -91,6 +95,7 @@ class UpdateRecorder:
             self.on_update(len(self.lrs))
 
 
+# [grad-accum] comparable batchings
 def batch_independent(patch) -> list[str]:
     """Make each sample's loss depend on that sample alone, so that two ways of batching
     the same samples can be compared exactly. `patch` is monkeypatch.setattr (or

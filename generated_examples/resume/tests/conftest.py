@@ -1,21 +1,21 @@
-"""Shared helpers for this project's tests, which run YOUR train.py, model.py and
-data.py.
+"""Shared helpers for this project's tests, which run YOUR train.py, model.py
+and data.py.
 
-Each test calls `train.main([...])` in this process with tiny settings
-and checks one guarantee of the features this project was generated with; README.md
-("What the tests guarantee") lists them. An edit that breaks a guarantee fails its test
-at once. Run them from the project folder: `pytest`, or `pytest -x -q -k NAME` for one.
+Each test calls `train.main([...])` in this process with tiny settings and checks one
+guarantee of the features this project was generated with; README.md ("What the tests
+guarantee") lists them. An edit that breaks a guarantee fails its test at once. Run them
+from the project folder: `pytest`, or `pytest -x -q -k NAME` for one.
 """
 
 from __future__ import annotations
 
 import csv
-import signal
+import signal  # [resume]
 from pathlib import Path
 
-import pytest
+import pytest  # [resume]
 import torch
-from torch.optim.optimizer import register_optimizer_step_pre_hook
+from torch.optim.optimizer import register_optimizer_step_pre_hook  # [resume]
 
 import train
 
@@ -58,6 +58,7 @@ def assert_bitwise_equal(a: dict, b: dict) -> None:
     assert not different, message
 
 
+# [resume] what each optimizer update applies
 class UpdateRecorder:
     """Watches every optimizer.step() while active: the gradient the update applies (all
     parameters as one float32 vector, after clipping and unscaling) and its learning

@@ -18,8 +18,15 @@ import sys
 import pytest
 import torch
 
-from conftest import PROJECT, TINY, UpdateRecorder, batch_independent, run_main
-from conftest import read_metrics, relative_difference
+from conftest import (
+    PROJECT,
+    TINY,
+    UpdateRecorder,
+    batch_independent,
+    read_metrics,
+    relative_difference,
+    run_main,
+)
 
 # far above float32 rounding (~1e-7), far below any scaling mistake
 FLOAT32_NOISE = 1e-4
