@@ -69,7 +69,8 @@ class Setup:
 
     def __init__(self, work: Path):
         from scaffold import __version__
-        from scaffold.render import Answers, render, template_dir
+        from scaffold.answers import Answers
+        from scaffold.render import render, template_dir
 
         self.work = work
         self.version = __version__
@@ -96,7 +97,7 @@ class Setup:
         return ["--data", f"project_name={name}", "--data", f"scaffold_version={self.version}"]
 
     def scaffold_project(self) -> Path:
-        from scaffold.render import write_new_project
+        from scaffold.write import write_new_project
 
         dest = self.fresh_dir("scaffold-add")
         write_new_project(dest, self.scaffold_files)

@@ -45,7 +45,9 @@ def project_features(name: str) -> list[str]:
 
 def render_project(root: Path, name: str, features=None, task: str = "image-classification") -> Path:
     """Render a project with scaffold's own renderer into root/name (once; reused if there)."""
-    from scaffold.render import Answers, render, write_new_project
+    from scaffold.answers import Answers
+    from scaffold.render import render
+    from scaffold.write import write_new_project
 
     dest = Path(root) / name
     if (dest / "train.py").is_file():

@@ -65,7 +65,8 @@ class Setup:
 
     def __init__(self, work: Path, from_version: int, features: list[str]):
         from scaffold import __version__
-        from scaffold.render import Answers, render, template_dir
+        from scaffold.answers import Answers
+        from scaffold.render import render, template_dir
         from scaffold.versions import TEMPLATE_VERSION, history
 
         self.work, self.version, self.counter = work, __version__, 0
@@ -108,7 +109,7 @@ class Setup:
         return self.work / f"{kind}-{self.counter}" / "upgrade-bench"
 
     def scaffold_project(self) -> Path:
-        from scaffold.render import write_new_project
+        from scaffold.write import write_new_project
 
         dest = self.fresh_dir("scaffold")
         dest.parent.mkdir(parents=True)
