@@ -333,10 +333,11 @@ def _tree(root: Path) -> dict[str, bytes]:
 
 def run_one(scenario: Scenario, mode: str, feature: str, workdir: Path) -> tuple[str, str]:
     """(outcome, detail) of one scenario x feature."""
+    from scaffold.answers import Answers
     from scaffold.catalogue import FEATURES, resolve_features
     from scaffold.errors import ScaffoldError
     from scaffold.merge import change_feature
-    from scaffold.render import Answers, write_new_project
+    from scaffold.write import write_new_project
 
     if mode == "add":
         need = [r for r in FEATURES[feature].requires]

@@ -64,6 +64,11 @@ FEATURES: dict[str, Feature] = {
             "ddp",
             "DistributedDataParallel with torchrun, one node or many (gloo on CPU, nccl on CUDA).",
         ),
+        Feature(
+            "export",
+            "export.py: ONNX (checked with onnxruntime), TorchScript, torch.export program.",
+            packages=("onnx>=1.17", "onnxscript>=0.3", "onnxruntime>=1.20"),
+        ),
     )
 }
 
@@ -90,7 +95,11 @@ DEFAULT_TASK = "image-classification"
 
 # What every generated project needs, around the task's and the features' own packages.
 CORE_PACKAGES = ("torch>=2.4",)
-LOOP_PACKAGES = ("tqdm>=4.60",)
+LOOP_PACKAGES = (
+    "tqdm>=4.60",
+    "matplotlib>=3.7  # plot.py: curves and confusion matrices",
+    "scikit-learn>=1.3  # evaluate.py: per-class metrics, confusion matrix",
+)
 TEST_PACKAGES = ("pytest>=8  # runs tests/",)
 
 

@@ -27,6 +27,7 @@ EXAMPLES: dict[str, tuple[str, list[str]]] = {
     "all": ("image-classification", list(FEATURES)),
     "text-classification-minimal": ("text-classification", []),
     "text-classification-all": ("text-classification", list(FEATURES)),
+    "text-classification+export": ("text-classification", ["export"]),
     "token-classification-minimal": ("token-classification", []),
     "token-classification-all": ("token-classification", list(FEATURES)),
 }

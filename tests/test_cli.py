@@ -289,6 +289,12 @@ def test_requirements_txt_is_rendered_from_the_catalogue(monkeypatch):
     monkeypatch.setattr(catalogue, "FEATURES", patched)
     files = render(Answers(project_name="p", task="text-classification", features=("amp",)))
     lines = files["requirements.txt"].decode().splitlines()
-    assert lines[1:] == ["torch>=2.4", "tqdm>=4.60", "apex-stand-in>=0.1  # [amp]",
-                         "pytest>=8  # runs tests/"]
+    assert lines[1:] == [
+        "torch>=2.4",
+        "tqdm>=4.60",
+        "matplotlib>=3.7  # plot.py: curves and confusion matrices",
+        "scikit-learn>=1.3  # evaluate.py: per-class metrics, confusion matrix",
+        "apex-stand-in>=0.1  # [amp]",
+        "pytest>=8  # runs tests/",
+    ]
     assert lines[1:] == catalogue.requirements("text-classification", ["amp"])

@@ -46,7 +46,7 @@ def test_snapshot_is_byte_identical(name):
 
 
 # the generated project's own modules: first-party for import sorting
-LOCAL_MODULES = ["train", "data", "model", "callbacks", "conftest"]
+LOCAL_MODULES = ["train", "data", "model", "callbacks", "conftest", "plot", "evaluate", "predict", "export"]
 
 # main() keeps the whole loop visible but no setup: at most this many lines, and no
 # statement inside more than this many nested for/while/if/with/try blocks (issue 15)

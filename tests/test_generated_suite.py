@@ -150,6 +150,16 @@ MUTATIONS = {
         "minimal", "train.py", drop_statement("parser.error("),
         "test_core.py::test_bad_setting_is_rejected_naming_the_flag",
     ),
+    # core (after training): evaluate.py reads the data as validation does, no augmentation
+    "core-evaluate-with-augmentation": Mutation(
+        "minimal", "data.py", edit_statement("transform = transforms(cfg.image_size, False)", "False", "True"),
+        "test_after_training.py::test_evaluate_on_val_gives_exactly_the_numbers_training_logged",
+    ),
+    # core (after training): predict.py uses the evaluation transforms, as evaluate.py does
+    "core-predict-with-augmentation": Mutation(
+        "minimal", "predict.py", edit_statement("transform = transforms(", "False", "True"),
+        "test_after_training.py::test_predict_agrees_with_evaluate",
+    ),
     # core (ddp's sampler): every epoch in a new order
     "ddp-forgets-set-epoch": Mutation(
         "all", "train.py", drop_statement("set_epoch("),
@@ -237,6 +247,11 @@ MUTATIONS = {
     "tensorboard-no-scalars": Mutation(
         "all", "train.py", drop_statement("add_scalar("),
         "test_tensorboard.py::test_event_files_hold_the_metrics_csv_numbers",
+    ),
+    # export: the ONNX file accepts any batch size
+    "export-onnx-fixed-batch": Mutation(
+        "all", "export.py", edit_statement("onnx_axes = {0:", '{0: "batch"}', "{}"),
+        "test_export.py::test_exported_model_gives_pytorchs_outputs",
     ),
     # compile: checkpoints hold the plain module's keys
     "compile-saves-wrapper-keys": Mutation(

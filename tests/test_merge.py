@@ -208,7 +208,8 @@ def test_every_feature_merges_into_edited_projects_of_every_task(tmp_path):
         after = snapshot(project)
         assert after == expected, (task, feature, sorted(
             p for p in after.keys() | expected.keys() if after.get(p) != expected.get(p)))
-        assert f"[{feature}]" in after["train.py"].decode()
+        # export adds files (export.py, its test) and no train.py lines
+        assert any(f"[{feature}]".encode() in data for data in after.values()), feature
         assert after[NEW_FILE[0]] == before[NEW_FILE[0]] and DELETED not in after
         assert features_of(project) == [feature]
         for rel, data in after.items():
@@ -325,7 +326,7 @@ def test_cli_dry_run_then_clean_add(tmp_path):
 # --- add, remove, dry run, refusals ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("feature", ["callbacks", "ddp", "resume"])
+@pytest.mark.parametrize("feature", ["callbacks", "ddp", "resume", "export"])
 def test_add_then_remove_gives_back_the_edited_files(tmp_path, feature):
     project = make_project(tmp_path / "p")
     write_edits(project)

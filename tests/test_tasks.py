@@ -61,7 +61,9 @@ def test_task_renders_with_each_feature_and_all_black_and_ruff_clean(task, tmp_p
     combos["all"] = list(FEATURES)
     for name, features in combos.items():
         project = render_project(tmp_path / name, task, features)
-        text = (project / "train.py").read_text()
+        # every generated file but scaffold's record (export tags requirements.txt, not train.py)
+        files = [p for p in project.rglob("*") if p.is_file() and ".scaffold" not in p.parts]
+        text = "".join(p.read_text() for p in files)
         for feature in FEATURES:  # each selected feature's tagged lines are there, no others
             assert (f"# [{feature}]" in text) == (feature in features), (task, name, feature)
     black = subprocess.run([sys.executable, "-m", "black", "--check", "-q", str(tmp_path)],

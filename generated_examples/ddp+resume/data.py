@@ -2,6 +2,7 @@
 
     DATA/train/<class name>/*.png|jpg
     DATA/val/<class name>/*.png|jpg
+    DATA/test/<class name>/*.png|jpg    (optional: for evaluate.py --split test)
 
 The class names (folder names) come from DATA/train; DATA/val must have the same
 folders.
@@ -18,6 +19,8 @@ from torchvision.transforms import v2
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet statistics
 SYNTHETIC_CLASSES = ["horizontal-stripes", "vertical-stripes", "checkerboard", "disk"]
+# the built-in splits (build_datasets draws train and val with these seeds)
+SYNTHETIC_SEEDS = {"train": 1, "val": 2, "test": 3}
 
 
 def transforms(image_size: int, train: bool) -> v2.Compose:
@@ -115,6 +118,51 @@ def build_datasets(cfg):
             " val needs the class folders of train"
         )
     return splits["train"], splits["val"], {"classes": classes}
+
+
+class TrainedClassFolder(datasets.ImageFolder):
+    """ImageFolder numbered with the classes of training (from the checkpoint), so a
+    split may lack a class and still gets the label ids the model learned."""
+
+    def __init__(self, root: Path, classes: list[str], transform):
+        self.trained_classes = classes
+        super().__init__(
+            root,
+            transform=transform,
+            loader=load_image,
+            is_valid_file=check_image,
+            allow_empty=True,
+        )
+
+    def find_classes(self, directory):
+        return self.trained_classes, {
+            name: i for i, name in enumerate(self.trained_classes)
+        }
+
+
+def build_eval_set(cfg, data_info: dict, split: str):
+    """One split (train, val or test) with the evaluation transforms, never the
+    augmentation; labels numbered as in training. Returns (dataset, sample names)."""
+    transform = transforms(cfg.image_size, False)
+    if not cfg.data_dir:
+        size = cfg.synthetic_train_size if split == "train" else cfg.synthetic_val_size
+        dataset = SyntheticImages(
+            size, cfg.image_size, SYNTHETIC_SEEDS[split], transform
+        )
+        return dataset, [f"synthetic {split} {i}" for i in range(len(dataset))]
+    folder = Path(cfg.data_dir) / split
+    if not folder.is_dir():
+        raise ValueError(f"{folder}: missing; expected {folder}/<class>/*.png")
+    classes = data_info["classes"]
+    for path in sorted(folder.iterdir()):
+        if path.is_dir() and path.name not in classes:
+            raise ValueError(
+                f"{path}: class {path.name!r} was not in the training split"
+            )
+    dataset = TrainedClassFolder(folder, classes, transform)
+    if not dataset.samples:
+        raise ValueError(f"{folder}: no images in its class folders")
+    return dataset, [path for path, _ in dataset.samples]
 
 
 def check_image(path: str) -> bool:

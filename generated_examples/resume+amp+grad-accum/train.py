@@ -41,6 +41,7 @@ from tqdm import tqdm
 
 from data import build_datasets
 from model import build_model
+from plot import plot_curves
 
 METRIC_COLUMNS = [
     "step",
@@ -575,7 +576,10 @@ def main(argv: list[str] | None = None) -> dict:
                 scaler.update()
                 optimizer.zero_grad(set_to_none=True)
                 if scaler.get_scale() < scale:
-                    tqdm.write(f"step {step + 1}: update skipped, fp16 overflow")
+                    tqdm.write(
+                        f"step {step + 1}: update skipped, fp16 gradients overflowed "
+                        f"(loss scale now {scaler.get_scale():g})"
+                    )
                     continue
 
                 scheduler.step()
@@ -627,6 +631,7 @@ def main(argv: list[str] | None = None) -> dict:
         progress.close()
 
     save_weights(out_dir / "final.pt", model, meta, step=step)
+    plot_curves([out_dir], out_dir / "curves.png")  # loss and metrics: plot.py
     final = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
     print(f"done: {step} updates; final {final}; outputs in {out_dir}")
     return metrics

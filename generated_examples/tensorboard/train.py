@@ -37,6 +37,7 @@ from tqdm import tqdm
 
 from data import build_datasets
 from model import build_model
+from plot import plot_curves
 
 METRIC_COLUMNS = [
     "step",
@@ -370,6 +371,7 @@ def main(argv: list[str] | None = None) -> dict:
         tb_writer.close()  # [tensorboard]
 
     save_weights(out_dir / "final.pt", model, meta, step=step)
+    plot_curves([out_dir], out_dir / "curves.png")  # loss and metrics: plot.py
     final = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
     print(f"done: {step} updates; final {final}; outputs in {out_dir}")
     return metrics

@@ -3,6 +3,7 @@ fields.
 
     DATA/train.csv   (or train.jsonl)   columns/keys: text, label
     DATA/val.csv     (or val.jsonl)
+    DATA/test.csv    (or test.jsonl; optional: for evaluate.py --split test)
 
 The vocabulary (words of the training split) and the label names are stored in every
 checkpoint, so evaluating a checkpoint uses the same ids.
@@ -19,6 +20,8 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 PAD_ID, UNK_ID = 0, 1
+# the built-in splits (build_datasets draws train and val with these seeds)
+SYNTHETIC_SEEDS = {"train": 1, "val": 2, "test": 3}
 TOPICS = {
     "sports": "goal match team coach season player score league stadium referee",
     "science": "atom theory experiment cell energy planet molecule physics gene data",
@@ -124,10 +127,13 @@ def encode(examples, vocab: list[str], labels: list[str], max_length: int):
             raise ValueError(
                 f"{where}: label {label!r} does not occur in the training split"
             )
-        tokens = [ids.get(word, UNK_ID) for word in tokenize(text)[:max_length]]
-        tokens = tokens or [UNK_ID]  # an empty text becomes one <unk>
-        encoded.append((torch.tensor(tokens), label_ids[label]))
+        encoded.append((text_to_ids(text, ids, max_length), label_ids[label]))
     return encoded
+
+
+def text_to_ids(text: str, ids: dict[str, int], max_length: int) -> torch.Tensor:
+    tokens = [ids.get(word, UNK_ID) for word in tokenize(text)[:max_length]]
+    return torch.tensor(tokens or [UNK_ID])  # an empty text becomes one <unk>
 
 
 def build_datasets(cfg):
@@ -146,6 +152,20 @@ def build_datasets(cfg):
     train_set = encode(train, vocab, classes, cfg.max_length)
     val_set = encode(val, vocab, classes, cfg.max_length)
     return train_set, val_set, {"classes": classes, "vocab": vocab}
+
+
+def build_eval_set(cfg, data_info: dict, split: str):
+    """One split (train, val or test) encoded with the checkpoint's vocabulary and
+    classes. Returns (dataset, sample names)."""
+    if cfg.data_dir:
+        examples = read_examples(find_split(Path(cfg.data_dir), split))
+    else:
+        size = cfg.synthetic_train_size if split == "train" else cfg.synthetic_val_size
+        examples = synthetic_examples(
+            size, SYNTHETIC_SEEDS[split], f"synthetic {split}"
+        )
+    dataset = encode(examples, data_info["vocab"], data_info["classes"], cfg.max_length)
+    return dataset, [where for _, _, where in examples]
 
 
 def collate(batch):

@@ -51,6 +51,7 @@ from tqdm import tqdm
 import callbacks as cb  # [callbacks]
 from data import build_datasets, collate
 from model import build_model
+from plot import plot_curves
 
 METRIC_COLUMNS = [
     "step",
@@ -251,7 +252,7 @@ def setup_distributed(device_name: str) -> tuple[bool, int, int, torch.device]:
     process. Each process takes the GPU of its local rank (or the CPU) and joins the
     process group: gloo on the CPU, nccl on CUDA."""
     distributed = "RANK" in os.environ
-    rank = int(os.environ.get("RANK", 0))
+    rank = global_rank()
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     if device_name == "auto" and torch.cuda.is_available():
@@ -263,9 +264,10 @@ def setup_distributed(device_name: str) -> tuple[bool, int, int, torch.device]:
 
 
 def global_rank() -> int:
-    """[ddp] This process's rank among all processes (0 without torchrun). Only rank 0
-    (the global one, never a local rank) prints, logs and writes files."""
-    return dist.get_rank() if dist.is_initialized() else 0
+    """[ddp] This process's rank among all processes (0 without torchrun), also after
+    the process group is gone. Only rank 0 (the global one, never a local rank) prints,
+    logs and writes files."""
+    return int(os.environ.get("RANK", 0))
 
 
 def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
@@ -767,7 +769,10 @@ def main(argv: list[str] | None = None) -> dict:
                 scaler.update()
                 optimizer.zero_grad(set_to_none=True)
                 if scaler.get_scale() < scale:
-                    tqdm.write(f"step {step + 1}: update skipped, fp16 overflow")
+                    tqdm.write(
+                        f"step {step + 1}: update skipped, fp16 gradients overflowed "
+                        f"(loss scale now {scaler.get_scale():g})"
+                    )
                     continue
 
                 scheduler.step()
@@ -853,6 +858,9 @@ def main(argv: list[str] | None = None) -> dict:
             dist.destroy_process_group()  # [ddp]
 
     save_weights(out_dir / "final.pt", raw_model, meta, step=step)  # [compile]
+    # [ddp] rank 0 draws the curves
+    if global_rank() == 0:
+        plot_curves([out_dir], out_dir / "curves.png")  # loss and metrics: plot.py
     final = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
     print(f"done: {step} updates; final {final}; outputs in {out_dir}")
     return metrics

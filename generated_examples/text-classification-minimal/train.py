@@ -36,6 +36,7 @@ from tqdm import tqdm
 
 from data import build_datasets, collate
 from model import build_model
+from plot import plot_curves
 
 METRIC_COLUMNS = [
     "step",
@@ -367,6 +368,7 @@ def main(argv: list[str] | None = None) -> dict:
         progress.close()
 
     save_weights(out_dir / "final.pt", model, meta, step=step)
+    plot_curves([out_dir], out_dir / "curves.png")  # loss and metrics: plot.py
     final = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
     print(f"done: {step} updates; final {final}; outputs in {out_dir}")
     return metrics

@@ -3,6 +3,7 @@ tags).
 
     DATA/train.txt   one "token tag" per line (extra middle columns are ignored),
     DATA/val.txt     a blank line between sentences, -DOCSTART- lines skipped
+    DATA/test.txt    (optional: for evaluate.py --split test)
 
 The vocabulary and the tag names are stored in every checkpoint, so evaluating a
 checkpoint uses the same ids. Padding gets the tag IGNORE_INDEX, which the loss and the
@@ -19,6 +20,8 @@ from torch.nn.utils.rnn import pad_sequence
 PAD_ID, UNK_ID = 0, 1
 # the tag of padding positions: cross_entropy and the metrics skip it
 IGNORE_INDEX = -100
+# the built-in splits (build_datasets draws train and val with these seeds)
+SYNTHETIC_SEEDS = {"train": 1, "val": 2, "test": 3}
 ENTITIES = {
     "PER": [
         "alice",
@@ -130,10 +133,16 @@ def encode(
                     f"{source}:{first_line + i}: tag {tag!r}"
                     " does not occur in the training split"
                 )
-        token_ids = [ids.get(word.lower(), UNK_ID) for word in words[:max_length]]
+        token_ids = words_to_ids(words, ids, max_length)
         targets = [tag_ids[tag] for tag in tags[:max_length]]
-        encoded.append((torch.tensor(token_ids), torch.tensor(targets)))
+        encoded.append((token_ids, torch.tensor(targets)))
     return encoded
+
+
+def words_to_ids(
+    words: list[str], ids: dict[str, int], max_length: int
+) -> torch.Tensor:
+    return torch.tensor([ids.get(word.lower(), UNK_ID) for word in words[:max_length]])
 
 
 def build_datasets(cfg):
@@ -155,6 +164,24 @@ def build_datasets(cfg):
     train_set = encode(train, vocab, tag_names, cfg.max_length, str(train_path))
     val_set = encode(val, vocab, tag_names, cfg.max_length, str(val_path))
     return train_set, val_set, {"tags": tag_names, "vocab": vocab}
+
+
+def build_eval_set(cfg, data_info: dict, split: str):
+    """One split (train, val or test) encoded with the checkpoint's vocabulary and tags.
+    Returns (dataset, sample names)."""
+    if cfg.data_dir:
+        path = Path(cfg.data_dir, f"{split}.txt")
+        sentences, source = read_conll(path), str(path)
+    else:
+        size = cfg.synthetic_train_size if split == "train" else cfg.synthetic_val_size
+        sentences = synthetic_sentences(size, SYNTHETIC_SEEDS[split])
+        source = f"synthetic {split}"
+    dataset = encode(
+        sentences, data_info["vocab"], data_info["tags"], cfg.max_length, source
+    )
+    if cfg.data_dir:
+        return dataset, [f"{source}:{line}" for _, _, line in sentences]
+    return dataset, [f"{source} {i}" for i in range(len(sentences))]
 
 
 def collate(batch):
