@@ -69,7 +69,8 @@ class Setup:
 
     def __init__(self, work: Path):
         from scaffold import __version__
-        from scaffold.render import Answers, render, template_dir
+        from scaffold.answers import Answers
+        from scaffold.render import render, template_dir
 
         self.work = work
         self.version = __version__

@@ -5,7 +5,7 @@
 
 Runs, one after another, each in its own process: train_throughput.py (CPU training throughput
 against a hand-written loop and Lightning), startup.py (process start to first update) and
-cli_latency.py (scaffold against copier). The projects they train are rendered once. The GPU
+cli_latency.py and upgrade_latency.py (scaffold against copier). The projects they train are rendered once. The GPU
 benchmark is separate: benchmarks/gpu.py. Run on a quiet machine; the report prints the load.
 With --quick the three run side by side (their numbers then mean nothing: it only checks that
 everything runs).
@@ -26,6 +26,7 @@ SCRIPTS = {
     "throughput": "train_throughput.py",
     "startup": "startup.py",
     "cli": "cli_latency.py",
+    "upgrade": "upgrade_latency.py",
 }
 
 
@@ -54,7 +55,7 @@ def main(argv=None) -> None:
                 cmd.append("--quick")
             if args.repeats and not args.quick:
                 cmd += ["--repeats", str(args.repeats)]
-            if args.no_lightning and name != "cli":
+            if args.no_lightning and name not in ("cli", "upgrade"):
                 cmd.append("--no-lightning")
             print(f"== {script}", file=sys.stderr, flush=True)
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)

@@ -23,6 +23,7 @@ from scaffold.catalogue import DEFAULT_TASK, FEATURES, TASKS, closest, did_you_m
 from scaffold.errors import ScaffoldError, UsageError
 from scaffold.merge import change_feature, feature_diff, find_project, project_status
 from scaffold.project import new_project
+from scaffold.upgrade import check_project, upgrade_diff, upgrade_project
 
 app = typer.Typer(
     help="Generate explicit, plain-PyTorch training projects; add or remove features later.",
@@ -293,6 +294,10 @@ def diff_feature(
 ) -> None:
     """Show the patch that a feature contributes to this project."""
     text = feature_diff(_project_dir(project), name, wait=wait, echo=_note)
+    _echo_diff(text, color)
+
+
+def _echo_diff(text: str, color: bool | None) -> None:
     use_color = sys.stdout.isatty() if color is None else color
     for line in text.splitlines():
         if use_color and line.startswith("+") and not line.startswith("+++"):
@@ -310,6 +315,58 @@ def status(project: Project = None, wait: Wait = None) -> None:
     """Show the scaffold version, task, features and which generated files you changed."""
     for line in project_status(_project_dir(project), wait=wait, echo=_note):
         typer.echo(line)
+
+
+@app.command(cls=PlainHelp)
+@reports_errors
+def upgrade(
+    project: Project = None,
+    dry_run: DryRun = False,
+    allow_dirty: AllowDirty = False,
+    wait: Wait = None,
+) -> None:
+    """Merge the installed templates into this project, keeping your edits (three-way merge)."""
+    result = upgrade_project(
+        _project_dir(project), dry_run=dry_run, allow_dirty=allow_dirty, echo=typer.echo, wait=wait
+    )
+    if result.change.exit_code:
+        raise typer.Exit(code=result.change.exit_code)
+
+
+@app.command(cls=PlainHelp)
+def check(project: Project = None, wait: Wait = None) -> None:
+    """Exit 0 if the project has the installed templates, 1 if an upgrade is available, 2 if its
+    record is missing or damaged. For CI."""
+    try:
+        code, lines = check_project(_project_dir(project), wait=wait, echo=_note)
+    except ScaffoldError as exc:  # no project, or one this scaffold cannot judge: exit 2
+        typer.echo(f"error: {_one_line(str(exc))}", err=True)
+        raise typer.Exit(code=2) from None
+    except KeyboardInterrupt:
+        typer.echo(INTERRUPTED, err=True)
+        raise typer.Exit(code=130) from None
+    for line in lines:
+        typer.echo(line)
+    raise typer.Exit(code=code)
+
+
+@diff_app.command("upgrade", cls=PlainHelp)
+@reports_errors
+def diff_upgrade(
+    project: Project = None,
+    color: Annotated[
+        bool | None,
+        typer.Option("--color/--no-color", help="Colour the diff (default: on a terminal)."),
+    ] = None,
+    wait: Wait = None,
+) -> None:
+    """Show the patch 'scaffold upgrade' would apply to this project's pristine files."""
+    migrations, text = upgrade_diff(_project_dir(project), wait=wait, echo=_note)
+    for line in migrations:
+        typer.echo(f"# migration: {line}")
+    if not text:
+        _note("# no changes: the project has the installed templates")
+    _echo_diff(text, color)
 
 
 def main() -> None:

@@ -6,10 +6,10 @@ A three-way merge per file, with git's own engine (`git merge-file --diff3`):
     yours  = the file on disk, as the user edited it
     theirs = a fresh render with the new answers
 
-If the installed templates (or black) differ from the ones that made the project, the base is
-re-rendered with the current templates and the old answers, so that only the feature change is
-applied. Every file is merged in memory first; the results and the new record (answers + pristine
-copy, last) are then written as one transaction (`scaffold.write.write_files`): a failure before
+If the installed templates (or black) differ from the ones that made the project, add/remove is
+refused until `scaffold upgrade` (scaffold.upgrade) has brought the project to them. Every file
+is merged in memory first; the results and the new record (answers + pristine copy, last) are
+then written as one transaction (`scaffold.write.write_files`): a failure before
 that writes nothing, and a write killed halfway is finished by the next scaffold command.
 
 The per-file engine is `merge_text` (base, yours, theirs -> a checked `TextMerge`): the user's
@@ -46,8 +46,9 @@ from scaffold.lock import commit, project_lock
 from scaffold.meaning import Gone, bound_names, config_fields, find_leftovers, name_tokens
 from scaffold.paths import RECORD_DIR, in_record_dir
 from scaffold.record import RECORD_FILE, Record, load_record, sha256
-from scaffold.render import base_is_current, render, template_fingerprint
+from scaffold.render import base_is_current, black_version, render, template_fingerprint
 from scaffold.style import detect, similarity
+from scaffold.versions import TEMPLATE_VERSION, describe
 
 MARKER = "<<<<<<< yours"
 LABELS = ("yours", "base", "theirs")
@@ -496,17 +497,19 @@ def _new_features(current: list[str], name: str, add: bool) -> list[str]:
 
 
 def _base_files(record: Record, notes: list[str], name: str) -> dict[str, bytes]:
-    """The merge base: the stored pristine copy, or a re-render if the templates changed."""
+    """The merge base: the stored pristine copy, rendered by the installed templates.
+
+    A project made by other templates (or another black) is refused: merging the feature
+    against a re-rendered base would mark the project as made by the installed templates
+    without their changes, and `scaffold upgrade` would never bring them."""
     if base_is_current(record):
         return _generated(record.pristine)
-    same_template = record.template == template_fingerprint()
-    what = "templates" if not same_template else f"black version ({record.black_version})"
-    notes.append(
-        f"note: this project was made by scaffold {record.scaffold_version} with other {what}; "
-        f"the merge base was re-rendered with the installed scaffold {__version__} and your "
-        f"current answers, so only the {name!r} change is applied"
+    raise ScaffoldError(
+        f"this project has template {describe(record.template_version, record.template)} "
+        f"(black {record.black_version}); the installed scaffold has template "
+        f"{describe(TEMPLATE_VERSION, template_fingerprint())} (black {black_version()}): run "
+        "'scaffold upgrade' first, so that the template's own changes are not skipped"
     )
-    return _generated(render(record.answers))
 
 
 # --- add / remove ----------------------------------------------------------------------------
@@ -531,12 +534,9 @@ def change_feature(
         return _change_feature(project, name, add, dry_run, allow_dirty, echo)
 
 
-def _change_feature(project: Path, name: str, add, dry_run, allow_dirty, echo) -> ChangeResult:
-    git = _git()
-    record = load_record(project)
-    old_answers = record.answers
-    new_features = _new_features(old_answers.features, name, add)
-
+def _refuse_unsafe(project: Path, record: Record, git: str, dry_run, allow_dirty) -> bool:
+    """Refuse to merge over conflict markers, or (unless allowed) uncommitted changes to tracked
+    files. Returns whether the project is in a git repository. Shared with `scaffold upgrade`."""
     marked = _conflicted_files(project, record.generated)
     if marked:
         raise ScaffoldError(
@@ -553,6 +553,16 @@ def _change_feature(project: Path, name: str, add, dry_run, allow_dirty, echo) -
                 f"uncommitted changes to tracked files ({shown}): commit or stash them first, so "
                 "that git can show and undo the merge, or pass --allow-dirty"
             )
+    return in_git
+
+
+def _change_feature(project: Path, name: str, add, dry_run, allow_dirty, echo) -> ChangeResult:
+    git = _git()
+    record = load_record(project)
+    old_answers = record.answers
+    new_features = _new_features(old_answers.features, name, add)
+
+    in_git = _refuse_unsafe(project, record, git, dry_run, allow_dirty)
 
     result = ChangeResult(features_before=list(old_answers.features), features_after=new_features)
     base_files = _base_files(record, result.notes, name)
@@ -595,6 +605,17 @@ def _change_feature(project: Path, name: str, add, dry_run, allow_dirty, echo) -
         _report(result, echo, verb, name, project, dry_run=True)
         return result
 
+    _write_result(project, result, record_files, record.generation, in_git, git, allow_dirty)
+    with _no_interrupts():  # everything is written: a Ctrl-C now must not turn it into a failure
+        _report(result, echo, verb, name, project, dry_run=False)
+    return result
+
+
+def _write_result(
+    project: Path, result: ChangeResult, record_files, generation: int, in_git, git, allow_dirty
+) -> None:
+    """Back up what git cannot give back, then write the changed files and the record as one
+    transaction (refused if the record is no longer at `generation`). Shared with upgrade."""
     writes = {c.path: c.after for c in result.changes}
     existing = [p for p in writes if (project / p).is_file()]
     if existing and not in_git:
@@ -613,7 +634,7 @@ def _change_feature(project: Path, name: str, add, dry_run, allow_dirty, echo) -
     try:
         # One transaction (scaffold.write.write_files): all of it or nothing, the record last;
         # refused if the record changed since it was read.
-        commit(project, {**writes, **record_files}, record.generation)
+        commit(project, {**writes, **record_files}, generation)
     except ScaffoldError:
         if result.backup is not None:
             shutil.rmtree(result.backup, ignore_errors=True)
@@ -626,9 +647,6 @@ def _change_feature(project: Path, name: str, add, dry_run, allow_dirty, echo) -
             + (f" (your previous files are in {result.backup})" if result.backup else "")
         ) from None
     result.written = True
-    with _no_interrupts():  # everything is written: a Ctrl-C now must not turn it into a failure
-        _report(result, echo, verb, name, project, dry_run=False)
-    return result
 
 
 @contextlib.contextmanager
@@ -646,12 +664,25 @@ def _no_interrupts():
         signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
 
 
+_ON_DISK = object()
+
+
 def _merge_one(
-    project: Path, rel: str, base, theirs, git: str, result: ChangeResult, style=None, gone=None
+    project: Path,
+    rel: str,
+    base,
+    theirs,
+    git: str,
+    result: ChangeResult,
+    style=None,
+    gone=None,
+    yours=_ON_DISK,
 ) -> None:
+    """`yours`: the user's file as `scaffold upgrade`'s migrations left it (default: on disk)."""
     if base == theirs:
         return  # the change does not touch this file: leave the user's version alone
-    yours = _read(project, rel)
+    if yours is _ON_DISK:
+        yours = _read(project, rel)
     if base is None:  # the change adds this file
         if yours is None:
             result.changes.append(FileChange(rel, "created", None, theirs))
@@ -813,8 +844,8 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' if n != 1 else ''}"
 
 
-def _report(result: ChangeResult, echo, verb: str, name: str, project: Path, dry_run: bool) -> None:
-    would = "would be " if dry_run else ""
+def _report_lists(result: ChangeResult, echo) -> None:
+    """The changed files, the backup, and what the user must look at (shared with upgrade)."""
     for change in result.changes:
         extra = f" ({_plural(change.conflicts, 'conflict')})" if change.conflicts else ""
         echo(f"  {change.action:<8} {change.path}{extra}")
@@ -838,6 +869,11 @@ def _report(result: ChangeResult, echo, verb: str, name: str, project: Path, dry
         echo(f"left over from the removed feature ({len(result.leftovers)}):")
         for line in result.leftovers:
             echo(f"  {line}")
+
+
+def _report(result: ChangeResult, echo, verb: str, name: str, project: Path, dry_run: bool) -> None:
+    would = "would be " if dry_run else ""
+    _report_lists(result, echo)
     past = "added" if verb == "add" else "removed"
     if dry_run:
         echo(
@@ -945,14 +981,29 @@ def project_status(project: Path, *, wait: float | None = None, echo=None) -> li
         return _project_status(Path(project))
 
 
+def template_line(record: Record) -> str:
+    """The `made by:` line of `scaffold status`: scaffold and template versions, and whether
+    `scaffold upgrade` has something to do."""
+    made = f"scaffold {record.scaffold_version}, template "
+    made += describe(record.template_version, record.template)
+    installed = f"scaffold {__version__}, template "
+    installed += describe(TEMPLATE_VERSION, template_fingerprint())
+    if base_is_current(record):
+        return f"made by: {made} (installed: {installed}; up to date)"
+    if record.template_version is not None and record.template_version > TEMPLATE_VERSION:
+        return f"made by: {made} (installed: {installed}, older: upgrade scaffold)"
+    return (
+        f"made by: {made} (installed: {installed}; an upgrade is available: 'scaffold diff "
+        "upgrade' shows it, 'scaffold upgrade' applies it)"
+    )
+
+
 def _project_status(project: Path) -> list[str]:
     record = load_record(project)
     answers = record.answers
-    same = base_is_current(record)
     lines = [
         f"project: {answers.project_name} ({project.resolve()})",
-        f"made by: scaffold {record.scaffold_version} (installed: {__version__}; templates "
-        + ("the same)" if same else "differ: add/remove will re-render the merge base)"),
+        template_line(record),
         f"task: {answers.task}",
         f"features: {', '.join(answers.features) or 'none'}",
     ]

@@ -1,6 +1,7 @@
 """The record a generated project keeps in `.scaffold/`: what rendered it, and a pristine copy.
 
-`record.json` holds the scaffold version, template fingerprint, black version, the answers, a
+`record.json` holds the scaffold version, template version and fingerprint, black version, the
+answers, a
 sha256 per generated file and a generation number (0 for a new project, one more with every
 committed change: `scaffold.lock.commit` refuses to commit over a record that changed meanwhile).
 `pristine.json` holds the files exactly as rendered: the merge base for `scaffold add/remove
@@ -21,10 +22,14 @@ from scaffold import __version__
 from scaffold.answers import Answers
 from scaffold.errors import ScaffoldError
 from scaffold.paths import RECORD_DIR, check_relpath, in_record_dir
+from scaffold.versions import version_of
 
 RECORD_FILE = f"{RECORD_DIR}/record.json"
 PRISTINE_FILE = f"{RECORD_DIR}/pristine.json"
-RECORD_FORMAT = 1
+# 2: adds "template_version" (scaffold.versions). Format 1 records are still read: their
+# template version is looked up by fingerprint.
+RECORD_FORMAT = 2
+READABLE_FORMATS = (1, 2)
 RESTORE_HINT = "restore .scaffold/ from version control (git checkout -- .scaffold)"
 
 
@@ -37,7 +42,12 @@ def _dump(obj) -> bytes:
 
 
 def make_record(
-    answers: Answers, files: dict[str, bytes], *, template: str, black_version: str
+    answers: Answers,
+    files: dict[str, bytes],
+    *,
+    template: str,
+    black_version: str,
+    template_version: int | None,
 ) -> dict[str, bytes]:
     """`.scaffold/record.json` and `.scaffold/pristine.json` for a render of `answers`."""
     record = {
@@ -45,6 +55,7 @@ def make_record(
         "generation": 0,
         "scaffold_version": __version__,
         "template": template,
+        "template_version": template_version,
         "black_version": black_version,
         "answers": answers.as_data(),
         "files": {path: sha256(data) for path, data in sorted(files.items())},
@@ -63,6 +74,8 @@ class Record:
     hashes: dict[str, str]
     pristine: dict[str, bytes]
     generation: int = 0
+    template_version: int | None = None  # None: templates that no scaffold release shipped
+    format: int = RECORD_FORMAT
 
     @property
     def generated(self) -> dict[str, str]:
@@ -102,10 +115,11 @@ def load_record(root: Path) -> Record:
     if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > RECORD_FORMAT:
         raise ScaffoldError(
             f"{record_path} was written by a newer scaffold "
-            f"({_short(str(record.get('scaffold_version', '?')))}, record format {fmt}): "
+            f"({_short(str(record.get('scaffold_version', '?')))}, record format {fmt}) than "
+            f"this one ({__version__}, record format {RECORD_FORMAT}): "
             "upgrade scaffold (pip install -U scaffold-train)"
         )
-    if fmt != RECORD_FORMAT or isinstance(fmt, bool):
+    if fmt not in READABLE_FORMATS or isinstance(fmt, bool):
         raise ScaffoldError(
             f"{record_path} is damaged (unknown record format {_short(repr(fmt))}): {hint}"
         )
@@ -123,6 +137,7 @@ def load_record(root: Path) -> Record:
         template = str(record["template"])
         black = str(record["black_version"])
         generation = _generation(record)
+        template_version = _template_version(record, fmt, template)
     except ScaffoldError as exc:
         raise ScaffoldError(f"{record_path} is damaged ({exc}): {hint}") from None
     except (KeyError, TypeError, ValueError) as exc:
@@ -149,7 +164,18 @@ def load_record(root: Path) -> Record:
             raise ScaffoldError(
                 f"{pristine_path} does not match {record_path} for {_short(path)}: {hint}"
             )
-    return Record(root, version, template, black, answers, hashes, pristine, generation)
+    return Record(
+        root, version, template, black, answers, hashes, pristine, generation, template_version, fmt
+    )
+
+
+def _template_version(record: dict, fmt: int, template: str) -> int | None:
+    if fmt == 1:  # written before template versions: look the fingerprint up
+        return version_of(template)
+    version = record["template_version"]
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+        raise TypeError("template_version must be a number or null")
+    return version
 
 
 def _generation(record: dict) -> int:

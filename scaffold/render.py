@@ -19,6 +19,7 @@ from scaffold.answers import Answers
 from scaffold.catalogue import requirements
 from scaffold.errors import ScaffoldError
 from scaffold.record import Record, make_record
+from scaffold.versions import TEMPLATE_VERSION, version_of
 
 
 def template_dir() -> Path:
@@ -33,10 +34,12 @@ def template_dir() -> Path:
 
 
 @functools.cache
-def template_fingerprint() -> str:
-    """A hash of every template file, so a project records which template rendered it."""
+def template_fingerprint(templates: Path | None = None) -> str:
+    """A hash of every template file, so a project records which template rendered it.
+
+    `templates`: another template folder (an older version's, for `scaffold upgrade`'s tests)."""
     digest = hashlib.sha256()
-    root = template_dir()
+    root = Path(templates) if templates is not None else template_dir()
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         if "__pycache__" in path.parts:
             continue
@@ -58,30 +61,40 @@ def base_is_current(record: Record) -> bool:
     return record.is_from(template_fingerprint(), black_version())
 
 
-def render(answers: Answers) -> dict[str, bytes]:
+def render(answers: Answers, templates: Path | None = None) -> dict[str, bytes]:
     """Render the template for `answers` and return {relative posix path: bytes}, black-formatted.
 
     The result includes the project's record (`.scaffold/record.json`) and pristine copy.
+    `templates`: another template folder than the installed one (an older version's, in tests).
     """
     answers = answers.validated()
     with tempfile.TemporaryDirectory(prefix="scaffold-render-") as tmp:
-        _run_copier(Path(tmp), answers)
+        _run_copier(Path(tmp), answers, templates)
         files = _collect(Path(tmp))
     files = {path: format_file(path, data) for path, data in files.items()}
     _check_no_template_syntax(files)
+    fingerprint = template_fingerprint(templates)
     files.update(
-        make_record(answers, files, template=template_fingerprint(), black_version=black_version())
+        make_record(
+            answers,
+            files,
+            template=fingerprint,
+            black_version=black_version(),
+            # the installed templates are TEMPLATE_VERSION (a test keeps the history in step);
+            # another folder's is looked up in the history (None: never shipped)
+            template_version=TEMPLATE_VERSION if templates is None else version_of(fingerprint),
+        )
     )
     return files
 
 
-def _run_copier(dst: Path, answers: Answers) -> None:
+def _run_copier(dst: Path, answers: Answers, templates: Path | None = None) -> None:
     import copier
 
     try:
         with cache.jinja_code_cache():
             copier.run_copy(
-                str(template_dir()),
+                str(templates if templates is not None else template_dir()),
                 str(dst),
                 data={
                     **answers.as_data(),

@@ -26,6 +26,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scaffold import cache
+
 DEFAULT_LINE_LENGTH = 88
 CANDIDATE_LINE_LENGTHS = (100, 120, 79)
 
@@ -79,13 +81,23 @@ def to_tabs(text: str) -> str:
 
 
 def _black(text: str, line_length: int, string_normalization: bool) -> str:
+    """black's output in this mode, kept in the black cache (scaffold.cache) as render's is."""
+    from importlib.metadata import version
+
+    options = f"{version('black')} {line_length} {string_normalization}".encode()
+    entry = cache.key(b"style", options, text.encode()) + ".py"
+    cached = cache.load("black", entry)
+    if cached is not None:
+        return cached.decode()
     import black
 
     mode = black.Mode(line_length=line_length, string_normalization=string_normalization)
     try:
-        return black.format_str(text, mode=mode)
+        formatted = black.format_str(text, mode=mode)
     except Exception:  # black refuses what it cannot parse: keep the text as it is
         return text
+    cache.store("black", entry, formatted.encode())
+    return formatted
 
 
 def _ruff_command() -> list[str] | None:

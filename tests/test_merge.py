@@ -624,20 +624,21 @@ def test_requires_and_conflicts_from_the_catalogue(tmp_path, monkeypatch):
         assert not list((project / ".scaffold").glob("backup-*"))
 
 
-def test_changed_templates_rerender_the_base(tmp_path):
+def test_changed_templates_are_refused_until_upgrade(tmp_path):
+    """Merging a feature against a re-rendered base would record the installed templates
+    without their changes: `scaffold upgrade` comes first."""
     project = make_project(tmp_path / "p")
     write_edits(project)
     commit_all(project)
     record = project / ".scaffold" / "record.json"
     data = json.loads(record.read_text())
-    data["template"] = "0123456789abcdef"  # made by another template version
+    data["template"], data["template_version"] = "0123456789abcdef", 1  # another version's
     record.write_text(json.dumps(data))
     commit_all(project)
-    result, lines = change(project, "amp")
-    assert result.conflicts == []
-    notes = [line for line in lines if line.startswith("note: ")]
-    assert len(notes) == 1 and "re-rendered" in notes[0] and "'amp'" in notes[0]
-    assert snapshot(project) == edit_files(fresh(features=["amp"]))
+    before = snapshot(project, include_record=True)
+    with pytest.raises(ScaffoldError, match="template version 1 .*run 'scaffold upgrade' first"):
+        change(project, "amp")
+    assert snapshot(project, include_record=True) == before
 
 
 # --- diff feature, status ----------------------------------------------------------------------
@@ -682,7 +683,10 @@ def test_status_lists_versions_features_and_user_changes(tmp_path):
     (project / ".venv" / "lib" / "site.py").write_text("")
     lines = project_status(project)
     assert lines[0].startswith(f"project: {NAME} (")
-    assert lines[1] == f"made by: scaffold {__version__} (installed: {__version__}; templates the same)"
+    from scaffold.versions import TEMPLATE_VERSION
+
+    version = f"scaffold {__version__}, template version {TEMPLATE_VERSION}"
+    assert lines[1] == f"made by: {version} (installed: {version}; up to date)"
     assert lines[2:4] == ["task: image-classification", "features: amp"]
     assert lines[4:] == [
         "since the last render:",
