@@ -11,6 +11,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# git with a fixed identity and no system config: tests that commit get the same repository
+GIT_ENV = {
+    **os.environ,
+    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
 RUNNER = Path(__file__).resolve().parent / "runner.py"
 
 # Small, fast settings for generated train.py runs (built-in data).
@@ -67,3 +74,14 @@ def scaffold_cli(*args: str, cwd=None, input=None, timeout: float = 120):
 @pytest.fixture
 def tiny_args():
     return list(TINY)
+
+
+def git(cwd, *args) -> str:
+    """`git -C cwd ARGS` with GIT_ENV; its stdout."""
+    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
+                          text=True, env=GIT_ENV).stdout
+
+
+def commit_all(repo, message="edit"):
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--allow-empty", "-m", message)

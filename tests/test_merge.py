@@ -19,17 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, render_project, run_jobs, scaffold_cli
+from conftest import TINY, commit_all, git, render_project, run_jobs, scaffold_cli
 from scaffold.catalogue import FEATURES, TASKS
 from scaffold.errors import ScaffoldError, UsageError
 
 NAME = "proj"  # one project name everywhere, so that renders are shared between tests
-GIT_ENV = {
-    **os.environ,
-    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
-    "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
 _RENDERS: dict = {}
 
 
@@ -57,16 +51,6 @@ def fresh(task="image-classification", features=()) -> dict[str, bytes]:
 
     files = render(Answers(NAME, task, list(features)))
     return {p: d for p, d in files.items() if not p.startswith(".scaffold/")}
-
-
-def git(cwd, *args) -> str:
-    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
-                          text=True, env=GIT_ENV).stdout
-
-
-def commit_all(repo, message="edit"):
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "--allow-empty", "-m", message)
 
 
 def make_project(path: Path, task="image-classification", features=(), in_git=True) -> Path:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -24,16 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, commit_all, git
 from scaffold.errors import ScaffoldError
 from test_hostile import cli, file_operations, kill_points, read_tree, run_and_signal
 
-GIT_ENV = {
-    **os.environ,
-    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
-    "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
 NAME = "proj"
 # The earlier template versions the real upgrade tests start from (the history's entry for each
 # names its commit): 4 differs from version 6 in every file kind; 6 is commit c37789f, the
@@ -57,16 +50,6 @@ def memo_render(monkeypatch):
 
     monkeypatch.setattr(render_mod, "render", render)
     monkeypatch.setattr("scaffold.upgrade.render", render)
-
-
-def git(cwd, *args) -> str:
-    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
-                          text=True, env=GIT_ENV).stdout
-
-
-def commit_all(repo, message="edit"):
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "--allow-empty", "-m", message)
 
 
 def write_project(dest: Path, task="image-classification", features=(), templates=None,
