@@ -97,7 +97,7 @@ def build_datasets(cfg):
                 f" and {root}/val/<class>/*.png"
             )
         try:
-            transform = transforms(cfg, split == "train")
+            transform = transforms(cfg, split == "train")  # [pretrained]
             splits[split] = datasets.ImageFolder(
                 folder,
                 transform=transform,
@@ -147,12 +147,11 @@ class TrainedClassFolder(datasets.ImageFolder):
 def build_eval_set(cfg, data_info: dict, split: str):
     """One split (train, val or test) with the evaluation transforms, never the
     augmentation; labels numbered as in training. Returns (dataset, sample names)."""
-    transform = transforms(cfg.image_size, False)
+    transform = transforms(cfg, False)  # [pretrained] the backbone's own preprocessing
     if not cfg.data_dir:
         size = cfg.synthetic_train_size if split == "train" else cfg.synthetic_val_size
-        dataset = SyntheticImages(
-            size, cfg.image_size, SYNTHETIC_SEEDS[split], transform
-        )
+        # [pretrained] drawn at 32 x 32 as in training, then resized by transform
+        dataset = SyntheticImages(size, 32, SYNTHETIC_SEEDS[split], transform)
         return dataset, [f"synthetic {split} {i}" for i in range(len(dataset))]
     folder = Path(cfg.data_dir) / split
     if not folder.is_dir():

@@ -1,5 +1,5 @@
-"""The model: a pretrained timm backbone with a new classification head for our
-classes."""
+"""[pretrained] The model: a pretrained timm backbone with a new classification head
+for our classes."""
 
 from pathlib import Path
 from types import SimpleNamespace

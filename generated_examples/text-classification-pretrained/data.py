@@ -14,7 +14,11 @@ import json
 import random
 from pathlib import Path
 
-from transformers import AutoConfig, AutoTokenizer, DataCollatorWithPadding
+from transformers import (
+    AutoConfig,
+    AutoTokenizer,
+    DataCollatorWithPadding,
+)  # [pretrained]
 
 # the built-in splits (build_datasets draws train and val with these seeds)
 SYNTHETIC_SEEDS = {"train": 1, "val": 2, "test": 3}
@@ -193,8 +197,8 @@ def encode(examples, tokenizer, labels: list[str], max_length: int):
 
 
 def build_datasets(cfg, tokenizer):
-    """Return (train_set, val_set, data_info); data_info (the classes, the padding id)
-    goes in checkpoints."""
+    """[pretrained] Return (train_set, val_set, data_info); data_info (the classes,
+    the padding id) goes in checkpoints."""
     if cfg.data_dir:
         train = read_examples(find_split(Path(cfg.data_dir), "train"))
         val = read_examples(find_split(Path(cfg.data_dir), "val"))

@@ -1,4 +1,5 @@
-"""The model: a pretrained Hugging Face transformer with a new classification head."""
+"""[pretrained] The model: a pretrained Hugging Face transformer with a new
+classification head."""
 
 from pathlib import Path
 from types import SimpleNamespace

@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     save_weights(out_dir / "final.pt", model, meta, step=step)
     # [pretrained] <out-dir>/model/ loads without this code (see model.export)
-    export(model, out_dir / "model", tokenizer)
+    export(model, out_dir / "model", tokenizer)  # [pretrained]
     plot_curves([out_dir], out_dir / "curves.png")  # loss and metrics: plot.py
     final = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
     print(f"done: {step} updates; final {final}; outputs in {out_dir}")

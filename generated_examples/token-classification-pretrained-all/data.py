@@ -14,7 +14,11 @@ import random
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoTokenizer, DataCollatorForTokenClassification
+from transformers import (  # [pretrained]
+    AutoConfig,
+    AutoTokenizer,
+    DataCollatorForTokenClassification,
+)
 
 # the tag of padding positions: cross_entropy and the metrics skip it
 IGNORE_INDEX = -100
@@ -242,8 +246,8 @@ def encode(
 
 
 def build_datasets(cfg, tokenizer):
-    """Return (train_set, val_set, data_info); data_info (the tags, the padding id) goes
-    in checkpoints."""
+    """[pretrained] Return (train_set, val_set, data_info); data_info (the tags, the
+    padding id) goes in checkpoints."""
     if cfg.data_dir:
         train_path = Path(cfg.data_dir, "train.txt")
         val_path = Path(cfg.data_dir, "val.txt")

@@ -1,5 +1,5 @@
-"""The model: a pretrained Hugging Face transformer with a new token classification
-head."""
+"""[pretrained] The model: a pretrained Hugging Face transformer with a new
+token classification head."""
 
 from pathlib import Path
 from types import SimpleNamespace

@@ -897,7 +897,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     save_weights(out_dir / "final.pt", raw_model, meta, step=step)  # [compile]
     if global_rank() == 0:  # [pretrained] [ddp] rank 0 writes <out-dir>/model/
-        export(raw_model, out_dir / "model", tokenizer)  # [pretrained]
+        export(raw_model, out_dir / "model", tokenizer)  # [pretrained] [compile] [ddp]
     if global_rank() == 0:  # [ddp] rank 0 draws the curves
         plot_curves([out_dir], out_dir / "curves.png")  # [ddp] see plot.py
     final = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())

@@ -105,8 +105,6 @@ class UpdateRecorder:
 
 
 # [grad-accum] [ddp] comparable batchings
-
-
 def batch_independent(patch, augment: bool = True) -> list[str]:
     """Make each sample's loss depend on that sample alone, so that two ways of batching
     the same samples can be compared exactly. `patch` is monkeypatch.setattr (or

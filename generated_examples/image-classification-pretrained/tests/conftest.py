@@ -10,7 +10,7 @@ from the project folder: `pytest`, or `pytest -x -q -k NAME` for one.
 from __future__ import annotations
 
 import csv
-import tempfile
+import tempfile  # [pretrained]
 from pathlib import Path
 
 import torch
@@ -42,7 +42,7 @@ def save_tiny_pretrained(path: Path) -> None:
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
 
 
-save_tiny_pretrained(PRETRAINED / "weights.safetensors")
+save_tiny_pretrained(PRETRAINED / "weights.safetensors")  # [pretrained]
 
 
 def run_main(out_dir: Path, *args) -> dict:

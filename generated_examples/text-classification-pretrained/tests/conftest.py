@@ -10,7 +10,7 @@ from the project folder: `pytest`, or `pytest -x -q -k NAME` for one.
 from __future__ import annotations
 
 import csv
-import tempfile
+import tempfile  # [pretrained]
 from pathlib import Path
 
 import torch
@@ -72,7 +72,7 @@ def save_tiny_pretrained(folder: Path) -> None:
     tokenizer.save_pretrained(folder)
 
 
-save_tiny_pretrained(PRETRAINED)
+save_tiny_pretrained(PRETRAINED)  # [pretrained]
 
 
 def run_main(out_dir: Path, *args) -> dict:

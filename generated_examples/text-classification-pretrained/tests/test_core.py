@@ -59,8 +59,8 @@ def test_every_epoch_sees_every_sample_once_in_a_new_order(tmp_path, monkeypatch
             seen.append(index)
             return self.dataset[index]
 
-    def build_recording_datasets(cfg, tokenizer):
-        train_set, val_set, data_info = build_datasets(cfg, tokenizer)
+    def build_recording_datasets(cfg, tokenizer):  # [pretrained]
+        train_set, val_set, data_info = build_datasets(cfg, tokenizer)  # [pretrained]
         return Recording(train_set), val_set, data_info
 
     monkeypatch.setattr(train, "build_datasets", build_recording_datasets)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import csv
 import signal  # [resume]
-import tempfile
+import tempfile  # [pretrained]
 from pathlib import Path
 
 import pytest  # [resume]
@@ -85,7 +85,7 @@ def save_tiny_pretrained(folder: Path) -> None:
     tokenizer.save_pretrained(folder)
 
 
-save_tiny_pretrained(PRETRAINED)
+save_tiny_pretrained(PRETRAINED)  # [pretrained]
 
 
 def run_main(out_dir: Path, *args) -> dict:
@@ -153,11 +153,12 @@ class UpdateRecorder:
 
 # [grad-accum] [ddp] comparable batchings
 def batch_independent(patch, augment: bool = True) -> list[str]:
-    """Make each sample's loss depend on that sample alone, so that two ways of batching
-    the same samples can be compared exactly. `patch` is monkeypatch.setattr (or
-    setattr); returns extra flags. [pretrained] Dropout draws its random mask for the
-    shape of the whole batch: every dropout layer of the transformer gets p=0; layer
-    norm works per token and padding is masked, so nothing else depends on the batch."""
+    """[pretrained] Make each sample's loss depend on that sample alone, so that two
+    ways of batching the same samples can be compared exactly. `patch` is
+    monkeypatch.setattr (or setattr); returns extra flags. Dropout draws its random
+    mask for the shape of the whole batch: every dropout layer of the transformer gets
+    p=0; layer norm works per token and padding is masked, so nothing else depends on
+    the batch."""
     build_model = train.build_model
 
     def build_model_without_dropout(cfg, data_info):

@@ -19,7 +19,9 @@ def test_compiled_run_saves_plain_module_keys(tmp_path, monkeypatch):
         return compile(model, backend="eager")
 
     monkeypatch.setattr(torch, "compile", compile_with_eager_backend)
-    run_main(tmp_path, "--compile", "--max-steps", 1)  # one update: a single trace
+    run_main(
+        tmp_path, "--compile", "--max-steps", 1
+    )  # [pretrained] one update: one trace
     assert compiled, "--compile did not call torch.compile"
     for path in sorted(tmp_path.glob("*.pt")):
         checkpoint = load(tmp_path, path.name)
