@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import unicodedata
 from dataclasses import dataclass
 
-from scaffold.catalogue import DEFAULT_TASK, check_task, resolve_features
+from scaffold import catalogue as scaffold_catalogue
+from scaffold import layers as layer_sources
+from scaffold.catalogue import DEFAULT_TASK, Feature, check_task, resolve_features
 from scaffold.errors import UsageError
 
 NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
@@ -63,26 +66,72 @@ class Answers:
     task: str = DEFAULT_TASK
     features: tuple[str, ...] = ()
     description: str = DEFAULT_DESCRIPTION
+    # team layers (scaffold/layers.py): sources as given, or pins as recorded (with identity)
+    layers: tuple[layer_sources.Pin, ...] = ()
 
-    def validated(self) -> Answers:
+    def validated(self, load_layers: bool = True) -> Answers:
+        """With `load_layers=False` (reading a record) the layers are not fetched or read, so the
+        features are checked only as names; render and merge validate again, in full."""
         if not isinstance(self.features, (list, tuple)) or not all(
             isinstance(name, str) for name in self.features
         ):
             raise UsageError("invalid features: give a list of feature names")
         if not isinstance(self.task, str):
             raise UsageError("invalid task: give a task name (see 'scaffold tasks')")
+        pins = tuple(_pin(item) for item in self.layers or ())
+        features = tuple(dict.fromkeys(self.features))
+        if load_layers:
+            loaded = [layer_sources.load(pin.source, pin.identity) for pin in pins]
+            pins = tuple(dict.fromkeys(layer.pin for layer in loaded))
+            always = [name for layer in loaded for name in layer.always]
+            catalogue = layer_sources.catalogue(loaded)
+            features = tuple(resolve_features([*features, *always], catalogue))
+        elif not pins:
+            features = tuple(resolve_features(features))
         return Answers(
             project_name=check_name(self.project_name),
             task=check_task(self.task),
-            features=tuple(resolve_features(self.features)),
+            features=features,
             description=check_description(self.description),
+            layers=pins,
         )
+
+    def with_latest_layers(self) -> Answers:
+        """These answers with each layer at its newest version: a git layer fetched and its ref
+        resolved again, a directory layer as it is now (`scaffold upgrade`, `scaffold check`)."""
+        latest = tuple(layer_sources.Pin(pin.source) for pin in self.layers)
+        return dataclasses.replace(self, layers=latest).validated()
+
+    def loaded_layers(self) -> list[layer_sources.Layer]:
+        return [layer_sources.load(pin.source, pin.identity) for pin in self.layers]
+
+    def catalogue(self) -> dict[str, Feature]:
+        """scaffold's features and those of this project's layers."""
+        if not self.layers:
+            return scaffold_catalogue.FEATURES
+        return layer_sources.catalogue(self.loaded_layers())
 
     def as_data(self) -> dict:
         """The JSON form stored in `.scaffold/record.json` and given to the template."""
-        return {
+        data = {
             "project_name": self.project_name,
             "task": self.task,
             "features": list(self.features),
             "description": self.description,
         }
+        if self.layers:  # a project without layers records exactly what it did before layers
+            data["layers"] = [pin.as_data() for pin in self.layers]
+        return data
+
+
+def _pin(item) -> layer_sources.Pin:
+    if isinstance(item, layer_sources.Pin):
+        return item
+    if isinstance(item, str):
+        return layer_sources.Pin(layer_sources.normalise(item))
+    if isinstance(item, dict) and all(isinstance(v, str) for v in item.values()):
+        try:
+            return layer_sources.Pin(**item)
+        except TypeError:
+            pass
+    raise UsageError("invalid layers: give a list of layer directories or git URL#REF")

@@ -19,6 +19,12 @@ class Feature:
     conflicts: tuple[str, ...] = ()
     # requirement lines the generated project then needs (its requirements.txt is built from them)
     packages: tuple[str, ...] = ()
+    layer: str = ""  # the team layer that defines it (scaffold/layers.py); "" for scaffold's own
+
+    @property
+    def tag(self) -> str:
+        """What its lines are tagged with: `[amp]`, or `[LAYER:NAME]` for a layer's feature."""
+        return f"{self.layer}:{self.name}" if self.layer else self.name
 
 
 @dataclass(frozen=True)
@@ -172,10 +178,13 @@ TASK_FEATURE_PACKAGES: dict[tuple[str, str], tuple[str, ...]] = {
 }
 
 
-def requirements(task: str, features) -> list[str]:
-    """The lines of a generated project's requirements.txt: one source of truth, this catalogue."""
+def requirements(task: str, features, catalogue: dict[str, Feature] | None = None) -> list[str]:
+    """The lines of a generated project's requirements.txt: one source of truth, this catalogue
+    (scaffold's, or one with a layer's features added)."""
+    catalogue = FEATURES if catalogue is None else catalogue
     lines = [*CORE_PACKAGES, *TASKS[task].packages, *LOOP_PACKAGES]
     for name in features:
-        packages = (*FEATURES[name].packages, *TASK_FEATURE_PACKAGES.get((name, task), ()))
-        lines += [f"{package}  # [{name}]" for package in packages]
+        feature = catalogue[name]
+        packages = (*feature.packages, *TASK_FEATURE_PACKAGES.get((name, task), ()))
+        lines += [f"{package}  # [{feature.tag}]" for package in packages]
     return [*lines, *TEST_PACKAGES]

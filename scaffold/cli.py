@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperArgument, TyperCommand
 
-from scaffold import __version__, prompts
+from scaffold import __version__, layers, prompts
 from scaffold.answers import DEFAULT_DESCRIPTION, Answers, check_description, check_name
 from scaffold.catalogue import DEFAULT_TASK, FEATURES, TASKS, closest, did_you_mean
 from scaffold.errors import ScaffoldError, UsageError
@@ -147,6 +147,19 @@ def new(
         str | None,
         typer.Option("--description", metavar="TEXT", help="One line describing the project."),
     ] = None,
+    layer: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--layer",
+            "-l",
+            metavar="LAYER",
+            help="A team layer: a directory, or a git URL#REF; repeat for more "
+            f"(default: ${layers.ENV_VAR}, else 'layers' in {layers.config_file()}).",
+        ),
+    ] = None,
+    no_layer: Annotated[
+        bool, typer.Option("--no-layer", help="Use no layer, not even the team default.")
+    ] = False,
 ) -> None:
     """Generate a new training project at PATH.
 
@@ -158,11 +171,18 @@ def new(
         resolved = Path(path).resolve()
     except (OSError, RuntimeError) as exc:  # a symlink loop
         raise UsageError(f"cannot use {path} ({exc}): choose another path") from None
+    check_name(resolved.name)  # before a layer is fetched
+    sources = [] if no_layer else (layer or layers.default_sources())
+    loaded = [layers.load(layers.normalise(source)) for source in sources]
+    layer_description = next((x.description for x in reversed(loaded) if x.description), None)
     answers = Answers(
         project_name=resolved.name,
         task=task or DEFAULT_TASK,
         features=tuple(names),
-        description=description if description is not None else DEFAULT_DESCRIPTION,
+        description=description
+        if description is not None
+        else (layer_description or DEFAULT_DESCRIPTION),
+        layers=tuple(x.pin for x in loaded),
     )
     if interactive:
         check_name(answers.project_name)  # before any question: answers are never asked in vain
@@ -174,6 +194,8 @@ def new(
         f"created {path} ({answers.task}; features: {', '.join(answers.features) or 'none'}, "
         f"{len(files)} files)"
     )
+    for pin in answers.layers:
+        typer.echo(f"layer: {pin.name} {pin.version} ({pin.source})")
     typer.echo(f"next: cd {path} && python train.py")
 
 
@@ -183,18 +205,31 @@ def _ask(answers: Answers, ask_all: bool) -> Answers:
     if ask_all or task not in TASKS:
         note = "" if task in TASKS else f"unknown task {task!r}{did_you_mean(task, TASKS)}"
         task = prompts.ask_task(closest(task, TASKS) or task, note)
-    features, notes = prompts.split_known(list(answers.features))
-    if ask_all or notes or prompts.feature_problem(features):
-        features = prompts.ask_features(features, "; ".join(notes))
+    catalogue = answers.catalogue()
+    features, notes = prompts.split_known(list(answers.features), catalogue)
+    if ask_all or notes or prompts.feature_problem(features, catalogue):
+        features = prompts.ask_features(features, "; ".join(notes), catalogue)
     return dataclasses.replace(answers, task=task, features=tuple(features))
 
 
+LayerOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--layer", "-l", metavar="LAYER", help="Also a layer's (default: the team default)."
+    ),
+]
+
+
 @app.command(cls=PlainHelp)
-def features() -> None:
-    """List the features: name, description, requires, conflicts."""
+@reports_errors
+def features(layer: LayerOption = None) -> None:
+    """List the features: name, description, requires, conflicts (and a layer's, marked)."""
+    sources = layer or layers.default_sources()
+    catalogue = layers.catalogue([layers.load(layers.normalise(s)) for s in sources])
     rows = [("name", "description", "requires", "conflicts")]
-    for f in FEATURES.values():
-        rows.append((f.name, f.help, ", ".join(f.requires) or "-", ", ".join(f.conflicts) or "-"))
+    for f in catalogue.values() if sources else FEATURES.values():
+        name = f"{f.name} ({f.layer})" if f.layer else f.name
+        rows.append((name, f.help, ", ".join(f.requires) or "-", ", ".join(f.conflicts) or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for row in rows:
         typer.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
@@ -206,6 +241,25 @@ def tasks() -> None:
     for t in TASKS.values():
         mark = " (default)" if t.name == DEFAULT_TASK else ""
         typer.echo(f"{t.name}{mark}: {t.help}")
+
+
+@app.command("layers", cls=PlainHelp)
+@reports_errors
+def list_layers() -> None:
+    """Show the team default layer and the git layers in scaffold's cache."""
+    sources = layers.default_sources()
+    where = f"${layers.ENV_VAR}" if os.environ.get(layers.ENV_VAR) is not None else None
+    typer.echo(
+        f"default: {', '.join(sources)} (from {where or layers.config_file()})"
+        if sources
+        else f"default: none (set ${layers.ENV_VAR} or 'layers' in {layers.config_file()})"
+    )
+    for source in sources:
+        typer.echo(f"  {layers.load(layers.normalise(source)).label()}")
+    cached = layers.cached()
+    typer.echo("cached git layers:" if cached else "cached git layers: none")
+    for line in cached:
+        typer.echo(f"  {line}")
 
 
 def _project_dir(project: Path | None) -> Path:

@@ -42,13 +42,38 @@ EXAMPLES: dict[str, tuple[str, list[str]]] = {
     ),
 }
 
-ROOT = Path(__file__).resolve().parent.parent / "generated_examples"
+# name -> (task, features, layer): rendered with a team layer of examples/layers/, named by its
+# path relative to this repository (so the snapshot's record is the same on every machine)
+LAYERED_EXAMPLES: dict[str, tuple[str, list[str], str]] = {
+    "layer-acme": ("image-classification", ["amp", "jsonl-log"], "examples/layers/acme"),
+}
+
+REPO = Path(__file__).resolve().parent.parent
+ROOT = REPO / "generated_examples"
 
 
 def render_example(name: str) -> dict[str, bytes]:
+    import os
+
     from scaffold.answers import Answers
+    from scaffold.layers import Pin
     from scaffold.render import render
 
+    if name in LAYERED_EXAMPLES:
+        task, features, layer = LAYERED_EXAMPLES[name]
+        here = os.getcwd()
+        os.chdir(REPO)  # the layer's recorded source is relative to the repository
+        try:
+            return render(
+                Answers(
+                    project_name=_project_name(name),
+                    task=task,
+                    features=features,
+                    layers=(Pin(layer),),
+                )
+            )
+        finally:
+            os.chdir(here)
     task, features = EXAMPLES[name]
     return render(Answers(project_name=_project_name(name), task=task, features=features))
 
@@ -60,10 +85,10 @@ def _project_name(name: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     from scaffold.write import write_new_project
 
-    names = (argv if argv is not None else sys.argv[1:]) or list(EXAMPLES)
+    names = (argv if argv is not None else sys.argv[1:]) or [*EXAMPLES, *LAYERED_EXAMPLES]
     ROOT.mkdir(exist_ok=True)
     for stale in ROOT.iterdir():
-        if stale.is_dir() and stale.name not in EXAMPLES:
+        if stale.is_dir() and stale.name not in EXAMPLES and stale.name not in LAYERED_EXAMPLES:
             shutil.rmtree(stale)
     for name in names:
         dest = ROOT / name

@@ -451,14 +451,21 @@ def find_project(start: Path) -> Path:
     return start
 
 
-def _check_feature_name(name: str) -> None:
-    if name not in catalogue.FEATURES:
-        catalogue.resolve_features([name])  # raises the catalogue's UsageError for an unknown name
+def _check_feature_name(name: str, features: dict | None = None) -> None:
+    features = catalogue.FEATURES if features is None else features
+    if name not in features:
+        # raises the catalogue's UsageError for an unknown name
+        catalogue.resolve_features([name], features)
 
 
-def _new_features(current: list[str], name: str, add: bool) -> list[str]:
-    """The features after the change, or a ScaffoldError saying why not (with a hint)."""
-    _check_feature_name(name)
+def _new_features(
+    current: list[str], name: str, add: bool, features: dict | None = None
+) -> list[str]:
+    """The features after the change, or a ScaffoldError saying why not (with a hint).
+
+    `features`: the catalogue (scaffold's, plus the project's layers' features)."""
+    features = catalogue.FEATURES if features is None else features
+    _check_feature_name(name, features)
     enabled = ", ".join(current) or "none"
     if add:
         if name in current:
@@ -466,34 +473,32 @@ def _new_features(current: list[str], name: str, add: bool) -> list[str]:
                 f"feature {name!r} is already enabled in this project (features: {enabled}); "
                 "nothing to do"
             )
-        missing = [r for r in catalogue.FEATURES[name].requires if r not in current]
+        missing = [r for r in features[name].requires if r not in current]
         if missing:
             raise UsageError(
                 f"feature {name!r} requires {', '.join(map(repr, missing))}, which this project "
                 f"does not have: run 'scaffold add feature {missing[0]}' first"
             )
         clashes = [
-            c
-            for c in current
-            if c in catalogue.FEATURES[name].conflicts or name in catalogue.FEATURES[c].conflicts
+            c for c in current if c in features[name].conflicts or name in features[c].conflicts
         ]
         if clashes:
             raise UsageError(
                 f"feature {name!r} conflicts with {clashes[0]!r}, which this project has: "
                 f"run 'scaffold remove feature {clashes[0]}' first"
             )
-        return catalogue.resolve_features([*current, name])
+        return catalogue.resolve_features([*current, name], features)
     if name not in current:
         raise ScaffoldError(
             f"feature {name!r} is not enabled in this project (features: {enabled}); nothing to do"
         )
-    needed_by = [f for f in current if f != name and name in catalogue.FEATURES[f].requires]
+    needed_by = [f for f in current if f != name and name in features[f].requires]
     if needed_by:
         raise UsageError(
             f"feature {name!r} is required by {', '.join(map(repr, needed_by))}, which this "
             f"project has: run 'scaffold remove feature {needed_by[0]}' first"
         )
-    return catalogue.resolve_features([f for f in current if f != name])
+    return catalogue.resolve_features([f for f in current if f != name], features)
 
 
 def _base_files(record: Record, notes: list[str], name: str) -> dict[str, bytes]:
@@ -504,6 +509,12 @@ def _base_files(record: Record, notes: list[str], name: str) -> dict[str, bytes]
     without their changes, and `scaffold upgrade` would never bring them."""
     if base_is_current(record):
         return _generated(record.pristine)
+    if record.is_from(template_fingerprint(), black_version()):  # a directory layer changed
+        raise ScaffoldError(
+            f"the layer of this project changed since it was rendered "
+            f"({', '.join(f'{p.name} {p.version}' for p in record.answers.layers)}): run "
+            "'scaffold upgrade' first, so that the layer's own changes are not skipped"
+        )
     raise ScaffoldError(
         f"this project has template {describe(record.template_version, record.template)} "
         f"(black {record.black_version}); the installed scaffold has template "
@@ -560,7 +571,13 @@ def _change_feature(project: Path, name: str, add, dry_run, allow_dirty, echo) -
     git = _git()
     record = load_record(project)
     old_answers = record.answers
-    new_features = _new_features(old_answers.features, name, add)
+    new_features = _new_features(old_answers.features, name, add, old_answers.catalogue())
+    for layer in old_answers.loaded_layers() if not add else ():
+        if name in layer.always:
+            raise UsageError(
+                f"feature {name!r} is always on in layer {layer.name!r}: "
+                "it cannot be removed from a project of that layer"
+            )
 
     in_git = _refuse_unsafe(project, record, git, dry_run, allow_dirty)
 
@@ -928,14 +945,15 @@ def feature_diff(project: Path, name: str, *, wait: float | None = None, echo=No
 
 def _feature_diff(project: Path, name: str) -> str:
     record = load_record(Path(project))
-    _check_feature_name(name)
     answers = record.answers
+    features = answers.catalogue()
+    _check_feature_name(name, features)
     current = list(answers.features)
     try:
         if name in current:
-            other = _new_features(current, name, add=False)
+            other = _new_features(current, name, False, features)
         else:
-            other = _new_features(current, name, add=True)
+            other = _new_features(current, name, True, features)
     except UsageError as exc:
         raise UsageError(f"cannot show {name!r} for this project: {exc}") from None
     other_answers = dataclasses.replace(answers, features=tuple(other))
@@ -1007,6 +1025,8 @@ def _project_status(project: Path) -> list[str]:
         f"task: {answers.task}",
         f"features: {', '.join(answers.features) or 'none'}",
     ]
+    for pin in answers.layers:  # the identity: a git commit, or a hash of a directory's files
+        lines.insert(-2, f"layer: {pin.name} {pin.version} ({pin.source} @ {pin.identity[:19]})")
     generated = record.generated
     changed, deleted = [], []
     for rel in sorted(generated):

@@ -24,17 +24,20 @@ def feature_problem(names, catalogue: dict[str, Feature] | None = None) -> str |
     return None
 
 
-def split_known(names: list[str]) -> tuple[list[str], list[str]]:
+def split_known(
+    names: list[str], catalogue: dict[str, Feature] | None = None
+) -> tuple[list[str], list[str]]:
     """(known feature names, one note per unknown name with its correction ticked if close)."""
+    catalogue = FEATURES if catalogue is None else catalogue
     known, notes = [], []
     for name in names:
-        if name in FEATURES:
+        if name in catalogue:
             known.append(name)
             continue
-        close = closest(name, FEATURES)
+        close = closest(name, catalogue)
         if close:
             known.append(close)
-        notes.append(f"unknown feature {name!r}{did_you_mean(name, FEATURES)}")
+        notes.append(f"unknown feature {name!r}{did_you_mean(name, catalogue)}")
     return known, notes
 
 
@@ -52,20 +55,24 @@ def ask_task(default: str, note: str = "") -> str:
     ).unsafe_ask()
 
 
-def ask_features(ticked: list[str], note: str = "") -> list[str]:
+def ask_features(
+    ticked: list[str], note: str = "", catalogue: dict[str, Feature] | None = None
+) -> list[str]:
+    """The feature checkbox: scaffold's features, and a layer's when `catalogue` has them."""
     import questionary
 
+    catalogue = FEATURES if catalogue is None else catalogue
     if note:
         print(note)
 
     def validate(names: list[str]) -> bool | str:
-        return feature_problem(names) or True
+        return feature_problem(names, catalogue) or True
 
     return questionary.checkbox(
         "Features (space to tick, enter when done)",
         choices=[
             questionary.Choice(f.name, value=f.name, checked=f.name in ticked, description=f.help)
-            for f in FEATURES.values()
+            for f in catalogue.values()
         ],
         validate=validate,
     ).unsafe_ask()

@@ -127,7 +127,7 @@ def load_record(root: Path) -> Record:
         data = record["answers"]
         if not isinstance(data, dict):
             raise TypeError("answers must be a JSON object")
-        answers = Answers(**data).validated()
+        answers = Answers(**data).validated(load_layers=False)
         hashes = record["files"]
         if not isinstance(hashes, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in hashes.items()

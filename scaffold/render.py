@@ -14,7 +14,7 @@ import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
-from scaffold import __version__, cache
+from scaffold import __version__, cache, catalogue, layers
 from scaffold.answers import Answers
 from scaffold.catalogue import requirements
 from scaffold.errors import ScaffoldError
@@ -58,7 +58,10 @@ def black_version() -> str:
 def base_is_current(record: Record) -> bool:
     """True if the installed templates and black made the record's pristine copy, so it is the
     render of the recorded answers (no need to render them again)."""
-    return record.is_from(template_fingerprint(), black_version())
+    if not record.is_from(template_fingerprint(), black_version()):
+        return False
+    recorded = [pin.identity for pin in record.answers.layers]
+    return recorded == [layer.identity for layer in record.answers.loaded_layers()]
 
 
 def render(answers: Answers, templates: Path | None = None) -> dict[str, bytes]:
@@ -68,9 +71,12 @@ def render(answers: Answers, templates: Path | None = None) -> dict[str, bytes]:
     `templates`: another template folder than the installed one (an older version's, in tests).
     """
     answers = answers.validated()
+    loaded = answers.loaded_layers()
     with tempfile.TemporaryDirectory(prefix="scaffold-render-") as tmp:
         _run_copier(Path(tmp), answers, templates)
         files = _collect(Path(tmp))
+    # the extension points: each layer's blocks, files and defaults (or nothing, without layers)
+    files = layers.apply(files, loaded, {**answers.as_data(), "layers": [x.name for x in loaded]})
     files = {path: format_file(path, data) for path, data in files.items()}
     _check_no_template_syntax(files)
     fingerprint = template_fingerprint(templates)
@@ -97,9 +103,15 @@ def _run_copier(dst: Path, answers: Answers, templates: Path | None = None) -> N
                 str(templates if templates is not None else template_dir()),
                 str(dst),
                 data={
-                    **answers.as_data(),
+                    "project_name": answers.project_name,
+                    "task": answers.task,
+                    "description": answers.description,
+                    # the template knows scaffold's features; a layer's come in at the points
+                    "features": [name for name in answers.features if name in catalogue.FEATURES],
                     "scaffold_version": __version__,
-                    "requirements": requirements(answers.task, answers.features),
+                    "requirements": requirements(
+                        answers.task, answers.features, answers.catalogue()
+                    ),
                 },
                 defaults=True,
                 overwrite=True,

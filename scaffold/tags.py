@@ -28,8 +28,9 @@ import io
 import re
 import tokenize
 
-TAG = re.compile(r"\[([a-z][a-z0-9-]*)\]")
-LEADING_TAGS = re.compile(r"^\s*((?:\[[a-z][a-z0-9-]*\]\s*)+)")
+# [amp], or [LAYER:FEATURE] for a team layer's feature (scaffold/layers.py)
+TAG = re.compile(r"\[([a-z][a-z0-9-]*(?::[a-z][a-z0-9-]*)?)\]")
+LEADING_TAGS = re.compile(r"^\s*((?:\[[a-z][a-z0-9-]*(?::[a-z][a-z0-9-]*)?\]\s*)+)")
 
 
 def _leading_tags(text: str) -> list[str]:

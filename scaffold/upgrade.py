@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scaffold import __version__
+from scaffold import __version__, layers
 from scaffold.errors import ScaffoldError
 from scaffold.lock import project_lock
 from scaffold.merge import (
@@ -70,6 +70,15 @@ def installed(templates: Path | None = None, version: int | None = None) -> Inst
 
 def _up_to_date(record, target: Installed) -> bool:
     return record.template == target.fingerprint and record.black_version == black_version()
+
+
+def _latest(answers):
+    """(the answers with each team layer at its newest version, one line per layer that changed):
+    a git layer is fetched and its ref resolved again; a directory layer is read as it is now."""
+    if not answers.layers:
+        return answers, []
+    latest = answers.with_latest_layers()
+    return latest, layers.changes(answers.layers, latest.layers)
 
 
 def _refuse_downgrade(record, target: Installed) -> None:
@@ -199,9 +208,13 @@ def _upgrade(project: Path, dry_run, allow_dirty, echo, target) -> UpgradeResult
     if record.template == target.fingerprint:  # only black differs: say so
         before = f"{before} (black {record.black_version})"
         after = f"{after} (black {black_version()})"
-    change = ChangeResult(list(answers.features), list(answers.features))
+    latest, layer_changes = _latest(answers)
+    if layer_changes and record.template == target.fingerprint:  # only a layer changed: say so
+        before, after = f"{before} ({'; '.join(layer_changes)})", f"{after} (layers)"
+    change = ChangeResult(list(answers.features), list(latest.features))
     result = UpgradeResult(record.template_version, target.version, change)
-    if not _conflicted_files(project, record.generated) and _up_to_date(record, target):
+    up_to_date = _up_to_date(record, target) and not layer_changes
+    if not _conflicted_files(project, record.generated) and up_to_date:
         # (with markers left, an upgrade that ended in conflicts is up to date but not finished:
         # refused below, as add feature does)
         result.up_to_date = True
@@ -216,7 +229,9 @@ def _upgrade(project: Path, dry_run, allow_dirty, echo, target) -> UpgradeResult
     migrated = apply_migrations(project, _generated(record.pristine), migrations)
     result.migrations = migrated.done
     change.notes += migrated.notes
-    rendered = render(answers, target.templates)
+    for line in layer_changes:
+        echo(line)
+    rendered = render(latest, target.templates)  # theirs: the new templates and layers
     theirs = _generated(rendered)
     record_files = _with_version({p: d for p, d in rendered.items() if p not in theirs}, target)
 
@@ -305,7 +320,8 @@ def upgrade_diff(
     with project_lock(project, write=False, command="diff upgrade", wait=wait, echo=echo):
         record = load_record(project)
     target = target or installed()
-    if _up_to_date(record, target):
+    latest, layer_changes = _latest(record.answers)
+    if _up_to_date(record, target) and not layer_changes:
         return [], ""
     _refuse_downgrade(record, target)
     migrations = target.migrations
@@ -321,7 +337,7 @@ def upgrade_diff(
                 moved[migration.new] = moved.pop(migration.old, migration.old)
         else:
             base = {rel: _rename_flag(data, migration) for rel, data in base.items()}
-    theirs = _generated(render(record.answers, target.templates))
+    theirs = _generated(render(latest, target.templates))
     parts = []
     for rel in sorted(set(base) | set(theirs)):
         old_rel = moved.get(rel, rel)
@@ -359,13 +375,20 @@ def check_project(
     _refuse_downgrade(record, target)
     before = describe(record.template_version, record.template)
     after = describe(target.version, target.fingerprint)
+    _, layer_changes = _latest(record.answers)
+    current = [f"layer {pin.name} {pin.version}" for pin in record.answers.layers]
+    if _up_to_date(record, target) and not layer_changes:
+        return 0, [f"up to date: template {after} (scaffold {__version__})", *current]
     if _up_to_date(record, target):
-        return 0, [f"up to date: template {after} (scaffold {__version__})"]
+        return 1, [f"layer update available: {line}" for line in layer_changes] + [
+            "see it with 'scaffold diff upgrade', apply it with 'scaffold upgrade'"
+        ]
     if record.template == target.fingerprint:
         why = f"black {record.black_version} -> installed black (formatting)"
     else:
         why = f"template {before} -> {after}"
     return 1, [
+        *(f"layer update available: {line}" for line in layer_changes),
         f"upgrade available: {why} (made by scaffold {record.scaffold_version}, "
         f"installed {__version__})",
         "see it with 'scaffold diff upgrade', apply it with 'scaffold upgrade'",

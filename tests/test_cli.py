@@ -263,8 +263,8 @@ def test_scaffold_modules_import_only_downward():
     """No import cycles: each module imports only modules listed before it here, at its top."""
     import ast
 
-    order = ["errors", "versions", "catalogue", "answers", "paths", "record", "cache", "render",
-             "write", "lock", "project", "textio", "style", "meaning", "merge", "upgrade",
+    order = ["errors", "versions", "catalogue", "cache", "layers", "answers", "paths", "record",
+             "render", "write", "lock", "project", "textio", "style", "meaning", "merge", "upgrade",
              "prompts", "cli"]
     for position, name in enumerate(order):
         tree = ast.parse((REPO / "scaffold" / f"{name}.py").read_text())

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, TINY, run_jobs
-from scaffold.examples import EXAMPLES, ROOT, render_example
+from scaffold.examples import EXAMPLES, LAYERED_EXAMPLES, ROOT, render_example
 
 
 def _on_disk(folder: Path) -> dict[str, bytes]:
@@ -23,7 +23,7 @@ def _on_disk(folder: Path) -> dict[str, bytes]:
 
 
 def test_examples_folder_lists_exactly_the_named_examples():
-    assert sorted(p.name for p in ROOT.iterdir() if p.is_dir()) == sorted(EXAMPLES)
+    assert sorted(p.name for p in ROOT.iterdir() if p.is_dir()) == sorted([*EXAMPLES, *LAYERED_EXAMPLES])
 
 
 @pytest.mark.parametrize("name", list(EXAMPLES))
@@ -46,7 +46,8 @@ def test_snapshot_is_byte_identical(name):
 
 
 # the generated project's own modules: first-party for import sorting
-LOCAL_MODULES = ["train", "data", "model", "callbacks", "conftest", "plot", "evaluate", "predict", "export"]
+LOCAL_MODULES = ["train", "data", "model", "callbacks", "conftest", "plot", "evaluate", "predict", "export",
+                 "experiment_log"]  # the last: layer-acme's
 
 # main() keeps the whole loop visible but no setup: at most this many lines, and no
 # statement inside more than this many nested for/while/if/with/try blocks (issue 15)
