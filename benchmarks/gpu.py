@@ -1,16 +1,26 @@
-"""GPU training throughput of the generated `amp` project: fp32 against bf16, and DDP on every GPU.
+"""GPU training throughput of the generated `amp` project: fp32 against bf16, DDP and FSDP on every GPU.
 
-    python benchmarks/gpu.py --out bench-results/gpu.md        # about 2-4 minutes
+    python benchmarks/gpu.py --out bench-results/gpu.md        # about 3-5 minutes
     python benchmarks/gpu.py --quick                           # tiny sizes: checks that it runs
+    python benchmarks/gpu.py --cpu-dry-run                     # the GPU mode, end to end on the CPU
+    python benchmarks/gpu.py --cpu-sharding                    # FSDP against DDP on the CPU, 2 ranks
 
-Without CUDA it prints a message and exits with status 0, having run nothing.
+Without CUDA it prints a message and exits with status 0, having run nothing (except with
+--cpu-dry-run or --cpu-sharding, which need no GPU).
 
 What runs:
 - scaffold renders `amp` and `amp+ddp` (image classification) into a scratch folder;
 - single GPU: one worker process runs the generated `train.main(argv)` for each precision in
   --precisions (default fp32, bf16), interleaved, --repeats times;
 - DDP: `torchrun --standalone --nproc-per-node=<all visible GPUs>` runs the generated `amp+ddp`
-  train.py (through the same worker) once per precision in --ddp-precisions (default bf16).
+  train.py (through the same worker) once per precision in --ddp-precisions (default bf16);
+  FSDP: the same with the generated `amp+fsdp` train.py (fully_shard per block).
+- Memory per rank: "state MiB" is what the rank stores of parameters, gradients and AdamW state
+  (local shards under FSDP), measured at the last update; "peak" is torch.cuda.max_memory_allocated
+  on a GPU, the process's peak resident set (ru_maxrss, torch itself included) on the CPU; the
+  largest over the ranks is shown.
+- --cpu-sharding: FSDP against DDP on the CPU (gloo, 2 processes), fp32, --arch resnet18 at 64x64,
+  batch 16 per rank by default: time per update and memory per rank (run_all.py runs this).
 - Model: --arch (default resnet50, random init) at --image-size (default 128), micro-batch
   --batch-size per GPU (default 256), --updates optimizer updates (default 150), one epoch.
   The data are random images kept on the GPU (a fixed pool of --pool images, indexed modulo its
@@ -47,6 +57,24 @@ CLASSES = ["a", "b", "c", "d"]
 
 
 # --- worker: runs inside one process (or one torchrun rank) --------------------------------------
+
+
+def stored_bytes(optimizer) -> int:
+    """Bytes this rank stores of parameters, gradients and optimizer state (local shards)."""
+
+    def local(tensor):
+        return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+    tensors = [p for group in optimizer.param_groups for p in group["params"]]
+    tensors += [p.grad for p in tensors if p.grad is not None]
+    tensors += [v for state in optimizer.state.values() for v in state.values() if hasattr(v, "numel")]
+    return sum(local(t).numel() * t.element_size() for t in tensors)
+
+
+def peak_rss_gib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
 
 
 def gpu_dataset(pool: int, length: int, image_size: int, device):
@@ -90,12 +118,16 @@ def worker(job_path: str) -> None:
     marks: list[float] = []
     count = [0]
 
+    state_bytes = [0]
+
     def hook(optimizer, args, kwargs):
         count[0] += 1
         if count[0] in (warmup, updates):
             if cuda:
                 torch.cuda.synchronize()
             marks.append(time.perf_counter())
+        if count[0] == updates:
+            state_bytes[0] = stored_bytes(optimizer)
 
     register_optimizer_step_post_hook(hook)
     batch = job["batch_size"]
@@ -142,13 +174,14 @@ def worker(job_path: str) -> None:
             result.update(
                 images_per_s=timed * batch * world / seconds,
                 ms_per_update=1e3 * seconds / timed,
-                peak_gib=torch.cuda.max_memory_allocated(device) / 2**30 if cuda else 0.0,
+                peak_gib=torch.cuda.max_memory_allocated(device) / 2**30 if cuda else peak_rss_gib(),
+                state_mib=state_bytes[0] / 2**20,
             )
         elif not error:
             result["error"] = f"expected {updates} updates, saw {count[0]}"
         results.append(result)
-    if rank == 0:
-        Path(job["result"]).write_text(json.dumps(results))
+    # rank 0's file is the result; the others add their memory (the driver keeps the largest)
+    Path(job["result"] + ("" if rank == 0 else f".rank{rank}")).write_text(json.dumps(results))
     sys.stdout.flush()
     os._exit(0)
 
@@ -171,7 +204,13 @@ def run_worker(job: dict, nproc: int | None, timeout: float) -> list[dict]:
         if proc.returncode != 0 or not result_file.exists():
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-4:]
             raise RuntimeError(f"exit {proc.returncode}: {' / '.join(tail)[:400]}")
-        return json.loads(result_file.read_text())
+        results = json.loads(result_file.read_text())
+        for other in result_file.parent.glob(result_file.name + ".rank*"):
+            for result, theirs in zip(results, json.loads(other.read_text())):
+                for key in ("peak_gib", "state_mib"):
+                    if key in result and key in theirs:
+                        result[key] = max(result[key], theirs[key])
+        return results
 
 
 def gpu_header(dry_run: bool) -> str:
@@ -195,7 +234,10 @@ def run_benchmark(args) -> str:
     gpus = 2 if args.cpu_dry_run else torch.cuda.device_count()
     work = Path(args.work)
     single = common.render_project(work / "projects", "amp", ["amp"])
-    ddp = common.render_project(work / "projects", "amp+ddp", ["amp", "ddp"])
+    parallel = {
+        "DDP": common.render_project(work / "projects", "amp+ddp", ["amp", "ddp"]),
+        "FSDP": common.render_project(work / "projects", "amp+fsdp", ["amp", "fsdp"]),
+    }
     job = {
         "arch": args.arch, "image_size": args.image_size, "batch_size": args.batch_size,
         "updates": args.updates, "warmup": args.warmup_updates, "pool": args.pool,
@@ -215,15 +257,16 @@ def run_benchmark(args) -> str:
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             notes.append(f"single-GPU run failed or ran out of time: {exc}")
     for precision in args.ddp_precisions:
-        if remaining() <= 10:
-            notes.append(f"DDP {precision} skipped: the {args.budget:.0f} s budget was used up")
-            continue
-        try:
-            results = run_worker({**job, "project": str(ddp), "precisions": [precision]},
-                                 gpus, remaining())  # fmt: skip
-            rows += [(f"DDP, {gpus} GPU(s), torchrun", r) for r in results]
-        except (RuntimeError, subprocess.TimeoutExpired) as exc:
-            notes.append(f"DDP {precision} failed or ran out of time: {exc}")
+        for name, project in parallel.items():
+            if remaining() <= 10:
+                notes.append(f"{name} {precision} skipped: the {args.budget:.0f} s budget was used up")
+                continue
+            try:
+                results = run_worker({**job, "project": str(project), "precisions": [precision]},
+                                     gpus, remaining())  # fmt: skip
+                rows += [(f"{name}, {gpus} GPU(s), torchrun", r) for r in results]
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                notes.append(f"{name} {precision} failed or ran out of time: {exc}")
 
     table, best = [], {}
     for setup in dict.fromkeys(s for s, _ in rows):
@@ -236,10 +279,11 @@ def run_benchmark(args) -> str:
                 table.append([setup, precision, f"{st['median']:.0f}",
                               f"{st['min']:.0f}-{st['max']:.0f}",
                               common.fmt(common.summarize([r["ms_per_update"] for r in ok])["median"]),
-                              f"{max(r['peak_gib'] for r in ok):.1f}", len(ok)])  # fmt: skip
+                              f"{max(r['peak_gib'] for r in ok):.1f}",
+                              f"{max(r['state_mib'] for r in ok):.0f}", len(ok)])  # fmt: skip
             for r in runs:
                 if r["error"]:
-                    table.append([setup, precision, "failed", "-", "-", "-", r["error"][:200]])
+                    table.append([setup, precision, "failed", "-", "-", "-", "-", r["error"][:200]])
 
     parts = [] if args.no_header else [common.header("scaffold benchmarks: GPU training throughput")]
     parts.append(gpu_header(args.cpu_dry_run))
@@ -252,7 +296,8 @@ def run_benchmark(args) -> str:
     )
     parts.append(
         common.md_table(
-            ["setup", "precision", "images/s (median)", "min-max", "ms/update", "peak GiB", "runs"],
+            ["setup", "precision", "images/s (median)", "min-max", "ms/update", "peak GiB per rank",
+             "state MiB per rank", "runs"],  # fmt: skip
             table,
         )
     )
@@ -260,15 +305,63 @@ def run_benchmark(args) -> str:
     if fp32 and bf16:
         parts.append(f"bf16 / fp32 on one GPU: {bf16 / fp32:.2f}x.\n")
     for precision in args.ddp_precisions:
-        ddp_rate = best.get((f"DDP, {gpus} GPU(s), torchrun", precision))
-        one = best.get(("1 GPU", precision))
-        if ddp_rate and one:
-            parts.append(
-                f"DDP {precision} on {gpus} GPU(s): {ddp_rate / one:.2f}x one GPU "
-                f"(scaling efficiency {ddp_rate / (gpus * one):.0%}).\n"
-            )
+        for name in parallel:
+            rate = best.get((f"{name}, {gpus} GPU(s), torchrun", precision))
+            one = best.get(("1 GPU", precision))
+            if rate and one:
+                parts.append(
+                    f"{name} {precision} on {gpus} GPU(s): {rate / one:.2f}x one GPU "
+                    f"(scaling efficiency {rate / (gpus * one):.0%}).\n"
+                )
     for note in notes:
         parts.append(f"- {note}\n")
+    return "\n".join(parts)
+
+
+def run_sharding(args) -> str:
+    """FSDP against DDP on the CPU: 2 ranks (gloo), fp32, interleaved --repeats times."""
+    work = Path(args.work)
+    projects = {
+        "DDP": common.render_project(work / "projects", "amp+ddp", ["amp", "ddp"]),
+        "FSDP": common.render_project(work / "projects", "amp+fsdp", ["amp", "fsdp"]),
+    }
+    job = {
+        "arch": args.arch, "image_size": args.image_size, "batch_size": args.batch_size,
+        "updates": args.updates, "warmup": args.warmup_updates, "pool": args.pool, "device": "cpu",
+        "precisions": ["fp32"],
+    }  # fmt: skip
+    results, notes = {name: [] for name in projects}, []
+    for _ in range(args.repeats):
+        for name, project in projects.items():
+            try:
+                results[name] += run_worker({**job, "project": str(project)}, 2, args.budget)
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                notes.append(f"{name} failed: {exc}")
+    table = []
+    for name, runs in results.items():
+        ok = [r for r in runs if not r["error"]]
+        if not ok:
+            table.append([f"{name}, 2 CPU processes (gloo)", "failed", "-", "-", "-", "-"])
+            continue
+        st = common.summarize([r["ms_per_update"] for r in ok])
+        table.append([f"{name}, 2 CPU processes (gloo)", common.fmt(st["median"]),
+                      f"{common.fmt(st['min'])}-{common.fmt(st['max'])}",
+                      f"{max(r['state_mib'] for r in ok):.0f}", f"{max(r['peak_gib'] for r in ok):.2f}",
+                      len(ok)])  # fmt: skip
+        notes += [f"{name}: {r['error'][:200]}" for r in runs if r["error"]]
+    parts = [] if args.no_header else [common.header("scaffold benchmarks: FSDP against DDP on the CPU")]
+    parts.append("## FSDP against DDP on the CPU (2 ranks, gloo)\n")
+    parts.append(
+        f"The generated `amp+fsdp` and `amp+ddp` projects, fp32, {args.arch} (random init) at "
+        f"{args.image_size}x{args.image_size}, batch {args.batch_size} per rank, {args.updates} "
+        f"updates per run (the first {args.warmup_updates} not timed), interleaved, "
+        f"{args.repeats} repeat(s). State: parameters, gradients and AdamW state one rank stores; "
+        "peak RSS includes torch itself (`python benchmarks/gpu.py --cpu-sharding`).\n"
+    )
+    parts.append(common.md_table(
+        ["setup", "ms/update (median)", "min-max", "state MiB per rank", "peak RSS GiB per rank", "runs"],
+        table))  # fmt: skip
+    parts += [f"- {note}\n" for note in notes]
     return "\n".join(parts)
 
 
@@ -300,10 +393,21 @@ def parse_args(argv=None):
     p.add_argument("--work", help="scratch folder for rendered projects (default: a temp folder)")
     p.add_argument("--no-header", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--no-lightning", action="store_true", help=argparse.SUPPRESS)  # run_all.py's
+    p.add_argument("--cpu-sharding", action="store_true",
+                   help="FSDP against DDP on the CPU (2 processes, gloo): time and memory per rank")
     p.add_argument("--cpu-dry-run", action="store_true",
                    help="run everything on the CPU (DDP: 2 processes, gloo) with --quick sizes, "
                         "to check the script without a GPU")  # fmt: skip
     args = p.parse_args(argv)
+    if args.cpu_sharding and not (args.quick or args.cpu_dry_run):
+        defaults = {"arch": "resnet50", "image_size": 128, "batch_size": 256, "updates": 150,
+                    "warmup_updates": 20, "pool": 2048, "repeats": 2}  # fmt: skip
+        cpu = {"arch": "resnet18", "image_size": 64, "batch_size": 16, "updates": 14,
+               "warmup_updates": 4, "pool": 256, "repeats": 2}  # fmt: skip
+        for name, value in cpu.items():  # the GPU defaults, unless given, are too big for a CPU
+            if getattr(args, name) == defaults[name]:
+                setattr(args, name, value)
     if args.quick or args.cpu_dry_run:
         args.arch, args.image_size, args.batch_size = "small-cnn", 32, 32
         args.updates, args.warmup_updates, args.pool, args.repeats = 12, 4, 64, 1
@@ -316,6 +420,11 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     if args.worker:
         worker(args.worker)
+        return
+    if args.cpu_sharding:
+        with common.scratch(args, "bench-sharding-"):
+            report = run_sharding(args)
+        common.write_report(args.out, report)
         return
     if not args.cpu_dry_run and not cuda_available():
         print("CUDA is not available: the GPU benchmark needs an NVIDIA GPU; nothing was run.")

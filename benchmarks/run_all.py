@@ -4,8 +4,10 @@
     python benchmarks/run_all.py --quick --out /tmp/cpu.md       # checks that everything runs
 
 Runs, one after another, each in its own process: train_throughput.py (CPU training throughput
-against a hand-written loop and Lightning), startup.py (process start to first update) and
-cli_latency.py and upgrade_latency.py (scaffold against copier). The projects they train are rendered once. The GPU
+against a hand-written loop and Lightning), startup.py (process start to first update),
+cli_latency.py and upgrade_latency.py (scaffold against copier) and `gpu.py --cpu-sharding` (FSDP
+against DDP on the CPU, 2 ranks: time per update and memory per rank). The projects they train are
+rendered once. The GPU
 benchmark is separate: benchmarks/gpu.py. Run on a quiet machine; the report prints the load.
 With --quick the three run side by side (their numbers then mean nothing: it only checks that
 everything runs).
@@ -23,10 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 
 SCRIPTS = {
-    "throughput": "train_throughput.py",
-    "startup": "startup.py",
-    "cli": "cli_latency.py",
-    "upgrade": "upgrade_latency.py",
+    "throughput": ["train_throughput.py"],
+    "startup": ["startup.py"],
+    "cli": ["cli_latency.py"],
+    "upgrade": ["upgrade_latency.py"],
+    "sharding": ["gpu.py", "--cpu-sharding"],
 }
 
 
@@ -45,11 +48,11 @@ def main(argv=None) -> None:
         for name in ("minimal", "amp+grad-accum", "all-ddp"):  # once, for every script
             common.render_project(Path(tmp) / "projects", name)
         runs = []
-        for name, script in SCRIPTS.items():
+        for name, (script, *extra) in SCRIPTS.items():
             if name in args.skip:
                 continue
             section = Path(tmp) / f"{name}.md"
-            cmd = [sys.executable, str(common.BENCH_DIR / script), "--no-header",
+            cmd = [sys.executable, str(common.BENCH_DIR / script), *extra, "--no-header",
                    "--out", str(section), "--work", tmp]  # fmt: skip
             if args.quick:
                 cmd.append("--quick")

@@ -69,6 +69,14 @@ FEATURES: dict[str, Feature] = {
         Feature(
             "ddp",
             "DistributedDataParallel with torchrun, one node or many (gloo on CPU, nccl on CUDA).",
+            conflicts=("fsdp",),
+        ),
+        Feature(
+            "fsdp",
+            "FSDP2 (fully_shard per block) with torchrun: sharded weights, gradients, optimizer "
+            "state and checkpoints; --activation-checkpointing.",
+            # pretrained: its library-format export and two-group optimizer are not sharded yet
+            conflicts=("ddp", "pretrained"),
         ),
         Feature(
             "export",
@@ -79,7 +87,7 @@ FEATURES: dict[str, Feature] = {
         Feature(
             "pretrained",
             "Fine-tune a pretrained backbone: timm for images, Hugging Face transformers for text.",
-            conflicts=("export",),
+            conflicts=("export", "fsdp"),
         ),
     )
 }

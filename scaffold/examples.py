@@ -15,19 +15,24 @@ from pathlib import Path
 
 from scaffold.catalogue import FEATURES
 
-# `all`: every from-scratch feature; `pretrained` swaps the model and has its own examples
-ALL = [f for f in FEATURES if f != "pretrained"]
+# `all`: every feature that combines with all others, from scratch: ddp and fsdp conflict and
+# `all` takes ddp (`all-fsdp` takes fsdp); `pretrained` swaps the model and has its own examples
+ALL = [f for f in FEATURES if f not in ("fsdp", "pretrained")]
+ALL_FSDP = [f for f in FEATURES if f not in ("ddp", "pretrained")]
 
 # name -> (task, features)
 EXAMPLES: dict[str, tuple[str, list[str]]] = {
     "minimal": ("image-classification", []),
-    **{name: ("image-classification", [name]) for name in ALL},
+    **{name: ("image-classification", [name]) for name in [*ALL, "fsdp"]},
     "amp+grad-accum": ("image-classification", ["amp", "grad-accum"]),
     "resume+amp+grad-accum": ("image-classification", ["amp", "grad-accum", "resume"]),
     "callbacks+early-stopping": ("image-classification", ["callbacks", "early-stopping"]),
     "ddp+grad-accum": ("image-classification", ["ddp", "grad-accum"]),
     "ddp+resume": ("image-classification", ["ddp", "resume"]),
+    "fsdp+grad-accum": ("image-classification", ["fsdp", "grad-accum"]),
+    "fsdp+resume": ("image-classification", ["fsdp", "resume"]),
     "all": ("image-classification", ALL),
+    "all-fsdp": ("image-classification", ALL_FSDP),
     "text-classification-minimal": ("text-classification", []),
     "text-classification-all": ("text-classification", ALL),
     "text-classification+export": ("text-classification", ["export"]),
@@ -38,7 +43,7 @@ EXAMPLES: dict[str, tuple[str, list[str]]] = {
     "token-classification-pretrained": ("token-classification", ["pretrained"]),
     "token-classification-pretrained-all": (
         "token-classification",
-        [f for f in FEATURES if f != "export"],
+        [f for f in FEATURES if f not in ("fsdp", "export")],
     ),
 }
 

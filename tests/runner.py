@@ -34,7 +34,15 @@ def run_job(job: dict) -> dict:
         with contextlib.redirect_stdout(out):
             import train
 
-            metrics = train.main(job["args"])
+            if job.get("sync_counter"):  # tests/test_no_sync.py
+                sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+                from sync_counter import SyncCounter
+
+                with SyncCounter() as counter:
+                    metrics = train.main(job["args"])
+                result["syncs"] = counter.intervals
+            else:
+                metrics = train.main(job["args"])
         result.update(ok=True, metrics={k: float(v) for k, v in (metrics or {}).items()})
     except SystemExit as exc:
         result["exit_code"] = exc.code if isinstance(exc.code, int) else 1

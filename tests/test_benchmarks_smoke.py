@@ -37,7 +37,8 @@ def test_cpu_benchmarks_quick(tmp_path):
     text = out.read_text()
     assert re.search(r"- Date: \d{4}-\d\d-\d\d", text) and "- Machine: " in text
     assert "torch " in text and "Load average" in text
-    for heading in ("## Training throughput on CPU", "## Start-up", "## CLI latency"):
+    for heading in ("## Training throughput on CPU", "## Start-up", "## CLI latency",
+                    "## FSDP against DDP on the CPU"):  # fmt: skip
         assert heading in text, heading
     # Every table row is a measurement: a failed variant is reported as "failed", never dropped.
     rows = [line for line in text.splitlines() if line.startswith("| ")]
@@ -52,6 +53,8 @@ def test_cpu_benchmarks_quick(tmp_path):
         "scaffold `minimal`: python train.py",
         "scaffold --help",
         "scaffold new DIR --defaults",
+        "DDP, 2 CPU processes (gloo)",
+        "FSDP, 2 CPU processes (gloo)",
     }
     if lightning_installed():
         expected |= {"(3) Lightning, like `minimal`", "(3) Lightning, like `all`",
@@ -60,6 +63,27 @@ def test_cpu_benchmarks_quick(tmp_path):
     # a row's number is a number: "ms/update (median)" of the floor
     floor = next(row for row in rows if row.startswith("| (1) hand-written loop |"))
     assert float(floor.split(" | ")[1]) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("SCAFFOLD_BENCH_SMOKE") != "1",
+    reason="about 2 min of training runs: set SCAFFOLD_BENCH_SMOKE=1 to run it",
+)
+def test_gpu_benchmark_cpu_dry_run(tmp_path):
+    """The GPU mode end to end on the CPU: every setup measured (1 process, DDP and FSDP on 2
+    gloo processes), none failed, memory per rank reported."""
+    out = tmp_path / "gpu.md"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "gpu.py"), "--cpu-dry-run", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| ")]
+    assert not [row for row in rows if "failed" in row], rows
+    for setup in ("| 1 GPU | fp32 |", "| 1 GPU | bf16 |", "| DDP, 2 GPU(s), torchrun | bf16 |",
+                  "| FSDP, 2 GPU(s), torchrun | bf16 |"):  # fmt: skip
+        assert any(row.startswith(setup) for row in rows), (setup, rows)
 
 
 @pytest.mark.slow

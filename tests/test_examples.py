@@ -138,7 +138,7 @@ def test_unselected_features_leave_no_trace():
         for feature in FEATURES:
             tagged = f"[{feature}]" in text
             assert tagged == (feature in features), f"{name}: [{feature}] tag present={tagged}"
-        if "ddp" not in features:
+        if "ddp" not in features and "fsdp" not in features:
             assert "dist." not in text and "is_main" not in text
         if "amp" not in features:
             assert "autocast" not in text and "GradScaler" not in text

@@ -104,8 +104,8 @@ EDITS = [
     ("train.py", re.compile(r"    epochs: int = \d+  #"), "    epochs: int = 3  #", 1),
     # a new metric inside the loop, and its metrics.csv column
     ("train.py", '    "train_loss",\n', '    "train_loss",\n    "train_acc",\n', 1),
-    ("train.py", '                    "train_loss": train_loss,\n                }\n',
-     '                    "train_loss": train_loss,\n                }\n'
+    ("train.py", '                row = {"step": step, "epoch": epoch + 1, "lr": lr}\n',
+     '                row = {"step": step, "epoch": epoch + 1, "lr": lr}\n'
      '                row["train_acc"] = (logits.argmax(-1) == targets).float().mean().item()'
      "  # my metric\n", 1),
     # a line next to a feature's insertion point (ddp rewrites the lines just around it), not on it

@@ -46,7 +46,7 @@ import pytest
 
 from conftest import render_project, run_jobs
 from scaffold.catalogue import FEATURES, TASKS
-from scaffold.examples import EXAMPLES
+from scaffold.examples import ALL, ALL_FSDP, EXAMPLES
 
 IMAGE, TEXT, TOKENS = "image-classification", "text-classification", "token-classification"
 THRESHOLDS = {IMAGE: ("val_acc", 0.8), TEXT: ("val_acc", 0.9), TOKENS: ("val_f1", 0.9)}
@@ -58,7 +58,8 @@ THRESHOLDS = {IMAGE: ("val_acc", 0.8), TEXT: ("val_acc", 0.9), TOKENS: ("val_f1"
 @pytest.mark.parametrize("task", list(TASKS))
 def test_task_renders_with_each_feature_and_all_black_and_ruff_clean(task, tmp_path):
     combos = {name: [name, *FEATURES[name].requires] for name in FEATURES}
-    combos["all"] = list(FEATURES)
+    combos["all"] = ALL
+    combos["all-fsdp"] = ALL_FSDP
     for name, features in combos.items():
         project = render_project(tmp_path / name, task, features)
         # every generated file but scaffold's record (export tags requirements.txt, not train.py)
@@ -77,8 +78,10 @@ def test_task_renders_with_each_feature_and_all_black_and_ruff_clean(task, tmp_p
 @pytest.mark.parametrize("task", [TEXT, TOKENS])
 def test_task_snapshots_are_named_examples(task):
     assert EXAMPLES[f"{task}-minimal"] == (task, [])
-    # `all` is every from-scratch feature; `<task>-pretrained` and -pretrained-all add pretrained
-    assert EXAMPLES[f"{task}-all"] == (task, [f for f in FEATURES if f != "pretrained"])
+    # `all` is every from-scratch feature but fsdp (it conflicts with ddp; `all-fsdp` has it);
+    # `<task>-pretrained` and -pretrained-all add pretrained
+    assert EXAMPLES[f"{task}-all"] == (task, ALL)
+    assert "pretrained" not in ALL and "fsdp" not in ALL
     assert EXAMPLES[f"{task}-pretrained"] == (task, ["pretrained"])
 
 

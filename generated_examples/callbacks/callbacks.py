@@ -6,8 +6,9 @@ method is simply not called. train.py calls them in this order:
     on_train_start(cfg, step)
         once, before the first update
     on_step_end(step, metrics)
-        after every optimizer update; metrics has step, epoch, lr, train_loss (and
-        samples_per_s on logging steps)
+        after every optimizer update; metrics has step, epoch, lr, and on logging
+        steps (--log-every) train_loss and samples_per_s: the loss is read from the
+        device there only, so the GPU never waits in between
     on_validation_end(epoch, step, metrics)
         after each validation (val_loss, val_acc, ...)
     on_epoch_end(epoch, step)
@@ -22,9 +23,9 @@ the current update, validates (if it has not just done so), calls on_epoch_end a
 on_train_end, and writes final.pt as at a normal end. To add your own, write a class
 here and append an instance to `callbacks` in train.py:
 
-    class PrintEveryHundred:
+    class PrintLoss:
         def on_step_end(self, step, metrics):
-            if step % 100 == 0:
+            if "train_loss" in metrics:  # a logging step
                 print(step, metrics["train_loss"])
 """
 

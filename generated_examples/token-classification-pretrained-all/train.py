@@ -31,7 +31,7 @@ import csv
 import dataclasses
 import json
 import math
-import os  # [resume] [ddp]
+import os
 import random
 import signal  # [resume]
 import sys
@@ -86,7 +86,9 @@ class Config:
     max_length: int = (
         128  # [pretrained] longer texts are truncated to this many sub-words
     )
-    num_workers: int = 0  # DataLoader worker processes (0: load in this process)
+    # DataLoader worker processes; -1: 0 on the CPU (measured faster there: workers
+    # compete with training for the cores), on a GPU min(8, CPUs per process)
+    num_workers: int = -1
     # optimisation
     epochs: int = 3  # passes over the training data
     batch_size: int = 32  # samples per forward pass
@@ -98,6 +100,7 @@ class Config:
     # run
     seed: int = 0  # seeds python and torch: same seed, same weights on CPU
     device: str = "auto"  # auto (CUDA if available, else CPU), cpu, cuda, cuda:1
+    tf32: bool = True  # TF32 matmuls on Ampere or newer GPUs (--no-tf32: full float32)
     out_dir: str = "runs/latest"  # metrics.csv, config.json, checkpoints
     log_every: int = 10  # log training metrics every N optimizer updates
 
@@ -142,9 +145,12 @@ class Config:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{flag(name)} must be > 0, got {getattr(self, name)}")
         non_negative = ["weight_decay", "warmup_steps", "max_grad_norm", "max_steps"]
-        non_negative += ["num_workers"]
         # [pretrained] the backbone's learning rate and frozen epochs
         non_negative += ["backbone_lr_scale", "freeze_backbone_epochs"]
+        if self.num_workers < -1:
+            raise ValueError(
+                f"--num-workers must be >= 0 or -1 (auto), got {self.num_workers}"
+            )
         non_negative += ["keep_checkpoints"]  # [resume]
         non_negative += ["max_hours"]  # [callbacks]
         non_negative += ["min_delta"]  # [early-stopping]
@@ -291,13 +297,14 @@ def wrap_ddp(model, device: torch.device):
     return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
-def global_denominator(count: int, device: torch.device) -> float:
+def global_denominator(count, device: torch.device) -> torch.Tensor:
     """[ddp] What to divide a summed loss by: the count over all ranks, divided by the
-    number of ranks, because DDP averages the gradients over ranks (it does not sum)."""
+    number of ranks, because DDP averages the gradients over ranks (not a sum).
+    `count` (an int, or a tensor on the device) is never read on the host: the forward
+    does not wait for the all-reduce."""
     world_size = dist.get_world_size() if dist.is_initialized() else 1
-    total = all_reduce_sum(torch.tensor(float(count), device=device))
-    denominator = total.item() / world_size
-    return denominator
+    total = all_reduce_sum(torch.zeros((), device=device) + count)
+    return total / world_size
 
 
 def any_rank(flag: bool, device: torch.device) -> bool:
@@ -348,16 +355,26 @@ def save_config(cfg: Config, out_dir: Path) -> None:
 
 
 def make_loader(
-    dataset, cfg: Config, collate, sampler=None, generator=None
+    dataset, cfg: Config, device, collate, sampler=None, generator=None
 ):  # [pretrained]
     """A DataLoader with a generator of its own: starting one never draws from the
     global RNG, so the validation passes leave the training's random numbers untouched.
+    On CUDA its batches come in pinned memory: the copies to the GPU run asynchronously.
     """
+    workers = cfg.num_workers
+    if workers == -1:
+        processes = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        workers = (
+            0 if device.type == "cpu" else min(8, (os.cpu_count() or 1) // processes)
+        )
     return DataLoader(
         dataset,
         batch_size=cfg.batch_size,
         sampler=sampler,
-        num_workers=cfg.num_workers,
+        num_workers=workers,
+        pin_memory=device.type == "cuda",
+        # the validation loader lives for the whole run: its workers stay
+        persistent_workers=workers > 0 and sampler is None,
         generator=generator or torch.Generator(),
         collate_fn=collate,
     )
@@ -373,7 +390,10 @@ def build_optimizer(model, cfg: Config, total_steps: int, frozen_steps: int):
         {"params": head},
         {"params": backbone, "lr": cfg.lr * cfg.backbone_lr_scale},
     ]
-    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    fused = next(model.parameters()).device.type == "cuda"  # one kernel for all
+    optimizer = torch.optim.AdamW(
+        groups, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused
+    )
     warmup = cfg.warmup_steps
     factors = [
         lambda s: lr_factor(s, warmup, total_steps),
@@ -381,6 +401,25 @@ def build_optimizer(model, cfg: Config, total_steps: int, frozen_steps: int):
     ]
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factors)
     return optimizer, scheduler
+
+
+def read_loss(update_loss, losses_since_log, step: int, scaler) -> float:  # [amp]
+    """The loss of this update, read on the host at log steps only: in between the GPU
+    never waits for the host. The losses summed since the last log step must be finite.
+    [ddp] The mean over all ranks: a collective, every rank calls it.
+    [amp] fp16: the scaler skips the updates whose losses are not finite.
+    """
+    losses = torch.stack([update_loss, losses_since_log])
+    # [ddp] the mean over ranks
+    losses = all_reduce_sum(losses) / (
+        dist.get_world_size() if dist.is_initialized() else 1
+    )
+    train_loss, summed = losses.tolist()
+    if not math.isfinite(summed) and not scaler.is_enabled():  # [amp]
+        message = f"train loss is {summed} at step {step} (summed since the last log)"
+        raise FloatingPointError(f"{message}: lower --lr or check the data")
+    losses_since_log.zero_()
+    return train_loss
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
@@ -421,7 +460,8 @@ def evaluate(model, loader, device, autocast, tag_names) -> dict:  # [amp]
     # loss, correct, tokens, true positive entities, predicted entities, gold entities
     totals = torch.zeros(6, dtype=torch.float64, device=device)
     for inputs, targets in loader:
-        inputs, targets = inputs.to(device), targets.to(device)
+        inputs = inputs.to(device, non_blocking=True)
+        targets = targets.to(device, non_blocking=True)
         # [amp] validation runs in the training precision
         with autocast:
             logits = model(inputs)
@@ -682,6 +722,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.tf32
     out_dir = Path(cfg.out_dir)
     save_config(cfg, out_dir)
     autocast, scaler = setup_precision(cfg.precision, device)  # [amp]
@@ -699,7 +740,7 @@ def main(argv: list[str] | None = None) -> dict:
     train_sampler, val_set = shard(train_set, val_set, rank, world_size, cfg.seed)
     batches_per_epoch = math.ceil(len(train_sampler) / cfg.batch_size)
 
-    val_loader = make_loader(val_set, cfg, collate)  # [pretrained]
+    val_loader = make_loader(val_set, cfg, device, collate)  # [pretrained]
     # [grad-accum] the schedule counts optimizer updates, never micro-batches
     total_steps = math.ceil(batches_per_epoch / cfg.grad_accum_steps) * cfg.epochs
 
@@ -751,7 +792,9 @@ def main(argv: list[str] | None = None) -> dict:
     progress = tqdm(total=total_steps, unit="step", disable=not show_progress)
     progress.update(step)  # [resume]
     samples, log_time = 0, time.perf_counter()
+    losses_since_log = torch.zeros((), device=device)
     stop = step >= total_steps  # [resume] resumed after the last update: teardown only
+    stop_asked = False  # [callbacks] [ddp] a hook asked; all ranks agree at log steps
     metrics = {}
     try:
         for epoch in range(start_epoch, cfg.epochs):  # [resume]
@@ -766,7 +809,7 @@ def main(argv: list[str] | None = None) -> dict:
             order = order[batches_done * cfg.batch_size :]
 
             loader = make_loader(
-                train_set, cfg, collate, order, loader_generator
+                train_set, cfg, device, collate, order, loader_generator
             )  # [pretrained]
             for window in windows(loader, cfg.grad_accum_steps):  # [grad-accum]
                 # [grad-accum] losses / the whole window's size: K x b == a batch of K*b
@@ -777,7 +820,8 @@ def main(argv: list[str] | None = None) -> dict:
                 denominator = global_denominator(denominator, device)  # [ddp]
                 window_loss = torch.zeros((), device=device)
                 for i, (inputs, targets) in enumerate(window):
-                    inputs, targets = inputs.to(device), targets.to(device)
+                    inputs = inputs.to(device, non_blocking=True)
+                    targets = targets.to(device, non_blocking=True)
                     # [ddp] all-reduce in the window's last backward only (as no_sync)
                     if distributed:
                         ddp_model.require_backward_grad_sync = i == len(window) - 1
@@ -790,12 +834,10 @@ def main(argv: list[str] | None = None) -> dict:
 
                     window_loss += loss.detach()
                     samples += len(inputs) * world_size  # [ddp]
-                train_loss = all_reduce_sum(window_loss).item() / world_size  # [ddp]
+                update_loss = window_loss  # the loss of the whole window
                 batches_done += len(window)  # [resume]
 
-                if not math.isfinite(train_loss) and not scaler.is_enabled():  # [amp]
-                    message = f"train loss is {train_loss} at step {step + 1}"
-                    raise FloatingPointError(f"{message}: lower --lr or check the data")
+                losses_since_log += update_loss  # on the device: read at log steps only
 
                 scaler.unscale_(optimizer)  # [amp] clip true gradients, not scaled ones
                 if cfg.max_grad_norm > 0:
@@ -806,35 +848,33 @@ def main(argv: list[str] | None = None) -> dict:
                 scaler.step(optimizer)
                 scaler.update()
                 optimizer.zero_grad(set_to_none=True)
-                if scaler.get_scale() < scale:
-                    tqdm.write(
-                        f"step {step + 1}: update skipped, fp16 gradients overflowed "
-                        f"(loss scale now {scaler.get_scale():g})"
-                    )
+                if (now := scaler.get_scale()) < scale:
+                    why = f"fp16 gradients overflowed (loss scale now {now:g})"
+                    tqdm.write(f"step {step + 1}: update skipped, {why}")
                     continue
 
                 scheduler.step()
                 step += 1
                 progress.update()
 
-                row = {
-                    "step": step,
-                    "epoch": epoch + 1,
-                    "lr": lr,
-                    "train_loss": train_loss,
-                }
-                if step % cfg.log_every == 0:
+                row = {"step": step, "epoch": epoch + 1, "lr": lr}
+                log_step = step % cfg.log_every == 0
+                if log_step:
+                    losses = (update_loss, losses_since_log)
+                    row["train_loss"] = read_loss(*losses, step, scaler)  # [amp]
                     row["samples_per_s"] = samples / (time.perf_counter() - log_time)
                     log_metrics(row, metrics_path, tb_writer)  # [tensorboard]
                     samples, log_time = 0, time.perf_counter()
 
                 # [callbacks] a hook may ask to stop after this update
                 if cb.run_hooks(callbacks, "on_step_end", step=step, metrics=row):
-                    stop = True
-                stop = any_rank(stop, device)  # [ddp] all ranks stop at the same update
+                    stop_asked = True  # [ddp]
+                # [ddp] all ranks stop at the same update; they agree at log steps
+                stop = any_rank(stop_asked, device) if log_step else False
 
                 # [resume] a stop signal: save at this update boundary, then exit
-                stop_now = any_rank(bool(stop_signals), device)  # [ddp]
+                # [ddp] agreed at log steps: a stop waits at most --log-every updates
+                stop_now = any_rank(bool(stop_signals), device) if log_step else False
 
                 if stop or step >= total_steps:  # [callbacks]
                     stop = True

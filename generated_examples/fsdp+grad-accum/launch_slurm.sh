@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# [fsdp] Several nodes under SLURM: one torchrun per node, which starts one process per GPU.
+#   sbatch launch_slurm.sh --epochs 10
+#SBATCH --job-name=example-fsdp-grad-accum
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=8
+#SBATCH --cpus-per-task=16
+#SBATCH --time=24:00:00
+#SBATCH --output=slurm-%j.out
+set -uo pipefail
+
+head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+gpus_per_node=${SLURM_GPUS_ON_NODE:-8}
+
+
+srun --kill-on-bad-exit=1 torchrun \
+  --nnodes "$SLURM_NNODES" \
+  --nproc-per-node "$gpus_per_node" \
+  --rdzv-id "$SLURM_JOB_ID" \
+  --rdzv-backend c10d \
+  --rdzv-endpoint "$head_node:29500" \
+  train.py "$@" &
+pid=$!
+wait "$pid"
+status=$?
+while kill -0 "$pid" 2>/dev/null; do  # the trap interrupted `wait`: wait for the real exit
+  wait "$pid"
+  status=$?
+done
+exit "$status"
