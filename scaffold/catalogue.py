@@ -79,6 +79,21 @@ FEATURES: dict[str, Feature] = {
             conflicts=("ddp", "pretrained"),
         ),
         Feature(
+            "mlflow",
+            "MLflow tracking: config, metrics by update step, best/final weights (sqlite default).",
+            packages=("mlflow>=2.14",),
+        ),
+        Feature(
+            "wandb",
+            "Weights & Biases tracking: config, metrics by update step, optional weights artifact.",
+            packages=("wandb>=0.17",),
+        ),
+        Feature(
+            "sweep",
+            "sweep.py: an Optuna study over train.py (median pruning, resumable SQLite study).",
+            packages=("optuna>=3.6",),
+        ),
+        Feature(
             "export",
             "export.py: ONNX (checked with onnxruntime), TorchScript, torch.export program.",
             packages=("onnx>=1.17", "onnxscript>=0.3", "onnxruntime>=1.20"),

@@ -15,15 +15,20 @@ from pathlib import Path
 
 from scaffold.catalogue import FEATURES
 
-# `all`: every feature that combines with all others, from scratch: ddp and fsdp conflict and
-# `all` takes ddp (`all-fsdp` takes fsdp); `pretrained` swaps the model and has its own examples
-ALL = [f for f in FEATURES if f not in ("fsdp", "pretrained")]
-ALL_FSDP = [f for f in FEATURES if f not in ("ddp", "pretrained")]
+# The experiment features (trackers, sweeps) talk to a store outside the loop and import
+# large packages: they have their own examples, and `all` is every from-scratch feature of
+# the training loop, so that it stays fast to run and writes nowhere but its --out-dir.
+# ddp and fsdp conflict: `all` takes ddp, `all-fsdp` takes fsdp; `pretrained` swaps the
+# model and has its own examples.
+EXPERIMENT_FEATURES = ("mlflow", "wandb", "sweep")
+LOOP_FEATURES = [f for f in FEATURES if f not in EXPERIMENT_FEATURES]
+ALL = [f for f in LOOP_FEATURES if f not in ("fsdp", "pretrained")]
+ALL_FSDP = [f for f in LOOP_FEATURES if f not in ("ddp", "pretrained")]
 
 # name -> (task, features)
 EXAMPLES: dict[str, tuple[str, list[str]]] = {
     "minimal": ("image-classification", []),
-    **{name: ("image-classification", [name]) for name in [*ALL, "fsdp"]},
+    **{name: ("image-classification", [name]) for name in [*ALL, "fsdp", *EXPERIMENT_FEATURES]},
     "amp+grad-accum": ("image-classification", ["amp", "grad-accum"]),
     "resume+amp+grad-accum": ("image-classification", ["amp", "grad-accum", "resume"]),
     "callbacks+early-stopping": ("image-classification", ["callbacks", "early-stopping"]),
@@ -31,6 +36,8 @@ EXAMPLES: dict[str, tuple[str, list[str]]] = {
     "ddp+resume": ("image-classification", ["ddp", "resume"]),
     "fsdp+grad-accum": ("image-classification", ["fsdp", "grad-accum"]),
     "fsdp+resume": ("image-classification", ["fsdp", "resume"]),
+    "resume+mlflow+wandb": ("image-classification", ["resume", "mlflow", "wandb"]),
+    "text-classification-sweep": ("text-classification", ["sweep"]),
     "all": ("image-classification", ALL),
     "all-fsdp": ("image-classification", ALL_FSDP),
     "text-classification-minimal": ("text-classification", []),
@@ -43,7 +50,7 @@ EXAMPLES: dict[str, tuple[str, list[str]]] = {
     "token-classification-pretrained": ("token-classification", ["pretrained"]),
     "token-classification-pretrained-all": (
         "token-classification",
-        [f for f in FEATURES if f not in ("fsdp", "export")],
+        [f for f in LOOP_FEATURES if f not in ("fsdp", "export")],
     ),
 }
 

@@ -47,7 +47,7 @@ def test_snapshot_is_byte_identical(name):
 
 # the generated project's own modules: first-party for import sorting
 LOCAL_MODULES = ["train", "data", "model", "callbacks", "conftest", "plot", "evaluate", "predict", "export",
-                 "experiment_log"]  # the last: layer-acme's
+                 "sweep", "experiment_log"]  # the last: layer-acme's
 
 # main() keeps the whole loop visible but no setup: at most this many lines, and no
 # statement inside more than this many nested for/while/if/with/try blocks (issue 15)
@@ -151,9 +151,13 @@ def test_unselected_features_leave_no_trace():
 
 
 @pytest.mark.slow
-def test_every_example_trains_a_few_steps(tmp_path):
+def test_every_example_trains_a_few_steps(tmp_path, monkeypatch):
     import tiny_models
 
+    # the trackers log offline and into this test's folder, never into the snapshots
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlruns.db'}")
+    (tmp_path / "cwd").mkdir()
     # `pretrained` examples load tiny models built here instead of downloading one
     pretrained = {
         "image-classification": ["--model", "test_resnet", "--image-size", "32",
@@ -162,8 +166,9 @@ def test_every_example_trains_a_few_steps(tmp_path):
     }
     pretrained["token-classification"] = pretrained["text-classification"]
     jobs = [
-        {"project": ROOT / name, "args": [*TINY, "--epochs", "2", "--max-steps", "3", "--out-dir", str(tmp_path / name),
-                                          *(pretrained[task] if "pretrained" in features else [])]}
+        {"project": ROOT / name, "cwd": str(tmp_path / "cwd"),
+         "args": [*TINY, "--epochs", "2", "--max-steps", "3", "--out-dir", str(tmp_path / name),
+                  *(pretrained[task] if "pretrained" in features else [])]}
         for name, (task, features) in EXAMPLES.items()
     ]
     results = run_jobs(jobs, tmp_path)

@@ -38,6 +38,7 @@ pytestmark = pytest.mark.slow
 
 # every feature for each task, and the plain loop; the rest only with SCAFFOLD_ALL_SUITES=1
 ALWAYS = ["all", "text-classification-all", "token-classification-all", "minimal"]
+ALWAYS += ["resume+mlflow+wandb", "text-classification-sweep"]  # the experiment features
 # [pretrained] every feature with a pretrained (tiny, offline) transformer and sub-word tokens
 ALWAYS += ["token-classification-pretrained-all"]
 SUITES = list(EXAMPLES) if os.environ.get("SCAFFOLD_ALL_SUITES") else ALWAYS
@@ -264,6 +265,22 @@ MUTATIONS = {
     "compile-saves-wrapper-keys": Mutation(
         "all", "train.py", edit_statement('out_dir / "final.pt"', "raw_model", "model"),
         "test_compile.py::test_compiled_run_saves_plain_module_keys",
+    ),
+    # mlflow: the run holds the metrics.csv numbers
+    "mlflow-no-metrics": Mutation(
+        "resume+mlflow+wandb", "train.py", drop_statement("mlflow.log_metrics("),
+        "test_mlflow.py::test_run_holds_the_config_the_metrics_and_the_weights",
+    ),
+    # wandb: a resumed run continues the same W&B run
+    "wandb-resume-new-run": Mutation(
+        "resume+mlflow+wandb", "train.py",
+        edit_statement("wandb_run = open_wandb(", "wandb_id)", "None)"),
+        "test_wandb.py::test_stopped_and_resumed_run_continues_the_run_no_step_twice",
+    ),
+    # sweep: every epoch's metric reaches the trial (pruning)
+    "sweep-no-report": Mutation(
+        "text-classification-sweep", "train.py", drop_statement("report(epoch + 1, metrics)"),
+        "test_sweep.py::test_three_trials_finish_and_the_best_config_replays",
     ),
     # [pretrained] the backbone starts from the pretrained weights, only the head is new
     "pretrained-random-backbone": Mutation(

@@ -162,7 +162,7 @@ def write_edits(project: Path) -> None:
 
 
 @pytest.mark.slow
-def test_every_feature_merges_into_edited_projects_of_every_task(tmp_path):
+def test_every_feature_merges_into_edited_projects_of_every_task(tmp_path, monkeypatch):
     """Scripted edits, then `add feature X` for each X and task: the result equals the fresh
     render with X plus the same edits (so every edit and every feature line is there), no
     conflict, it compiles, passes ruff F, and every merged project trains a few steps."""
@@ -221,6 +221,9 @@ def test_every_feature_merges_into_edited_projects_of_every_task(tmp_path):
         jobs.append({"project": str(project), "args": args})
     print(f"ruff on 24 projects: {time.perf_counter() - phase:.1f} s")
     phase = time.perf_counter()
+    # the trackers log offline and into this test's folder
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlruns.db'}")
     results = run_jobs(jobs, tmp_path)
     print(f"24 training runs (one process): {time.perf_counter() - phase:.1f} s")
     for job, res in zip(jobs, results):

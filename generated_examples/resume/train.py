@@ -13,6 +13,7 @@ Run:
     python train.py                      # built-in synthetic data, no download
     python train.py --data-dir DATA      # your own data (see README.md)
     python train.py --help               # every Config field is a flag
+    python train.py --config FILE        # fields from TOML, YAML or JSON; flags win
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import random
 import signal  # [resume]
 import sys
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,8 +148,13 @@ def flag(name: str) -> str:
 
 
 def parse_config(argv: list[str] | None = None) -> Config:
-    """Every Config field is a command-line flag: --batch-size 32, --no-compile, ..."""
+    """Every Config field is a command-line flag: --batch-size 32, --no-compile, ...
+    --config FILE reads fields from a file first; flags given as well override it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # an earlier run's <out-dir>/config.json is a valid FILE: it replays that run
+    parser.add_argument(
+        "--config", metavar="FILE", help="TOML, YAML or JSON file of fields"
+    )
     for field in dataclasses.fields(Config):
         if isinstance(field.default, bool):
             parser.add_argument(
@@ -163,10 +170,90 @@ def parse_config(argv: list[str] | None = None) -> Config:
                 metavar=type(field.default).__name__.upper(),
             )
     args = parser.parse_args(argv)  # an unknown flag is an error, not ignored
+    if args.config:
+        # the file's values become the defaults, so a flag on the command line wins
+        try:
+            parser.set_defaults(**read_config_file(args.config))
+        except ValueError as exc:
+            parser.error(str(exc))
+        args = parser.parse_args(argv)
+    values = vars(args)
+    del values["config"]
     try:
-        return Config(**vars(args))
+        return Config(**values)
     except ValueError as exc:
         parser.error(str(exc))
+
+
+def read_config_file(path: str) -> dict:
+    """Config fields from a .toml, .yaml/.yml or .json file, checked before anything is
+    built: an unknown key or a value of the wrong type is refused, naming key and file.
+    """
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".toml", ".json", ".yaml", ".yml"):
+        raise ValueError(f"--config {path}: use a .toml, .yaml, .yml or .json file")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise ValueError(f"--config {path}: cannot read it ({reason})") from None
+    try:
+        if suffix == ".toml":
+            values = tomllib.loads(text)
+        elif suffix == ".json":
+            values = json.loads(text)
+        else:
+            values = load_yaml(text)
+    except ModuleNotFoundError:
+        raise ValueError(
+            f"--config {path}: reading YAML needs PyYAML (pip install pyyaml), "
+            "or use a .toml or .json file"
+        ) from None
+    except ValueError as exc:  # TOML, JSON and YAML syntax errors
+        reason = str(exc).splitlines()[0]
+        kind = suffix[1:].upper().replace("YML", "YAML")
+        raise ValueError(f"--config {path} is not valid {kind}: {reason}") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"--config {path}: expected a table of Config fields")
+    fields = {field.name: field for field in dataclasses.fields(Config)}
+    checked = {}
+    for key, value in values.items():
+        name = str(key).replace("-", "_")  # batch-size or batch_size
+        if name not in fields:
+            raise ValueError(
+                f"--config {path}: unknown key {key!r} (not a Config field)"
+            )
+        expected = type(fields[name].default)
+        if expected is float and type(value) is int:
+            value = float(value)  # lr = 1 means 1.0
+        if expected is float and type(value) is str and suffix in (".yaml", ".yml"):
+            # PyYAML reads 1e-3 (no dot) as a string: take it if it is a number
+            value = float(value) if is_number(value) else value
+        if type(value) is not expected:
+            raise ValueError(
+                f"--config {path}: {key} must be {expected.__name__}, "
+                f"got {type(value).__name__} {value!r}"
+            )
+        checked[name] = value
+    return checked
+
+
+def is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def load_yaml(text: str):
+    """YAML needs PyYAML, imported only when the file is YAML."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(" ".join(str(exc).split())) from None
 
 
 # --- setup ---------------------------------------------------------------------------

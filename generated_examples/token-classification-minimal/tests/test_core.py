@@ -31,6 +31,41 @@ def test_same_seed_gives_bitwise_identical_weights(tmp_path):
     assert any(not torch.equal(first[name], other[name]) for name in first)
 
 
+def test_config_json_of_a_run_replays_it_bitwise(tmp_path):
+    run_main(tmp_path / "a", "--max-steps", 3, "--seed", 3, "--lr", "1e-3")
+    # only --config and --out-dir: every other value comes from the file
+    replay = ["--config", tmp_path / "a" / "config.json", "--out-dir", tmp_path / "b"]
+    train.main([str(arg) for arg in replay])
+    first, again = (load(tmp_path / name) for name in ("a", "b"))
+    assert again["config"] == {**first["config"], "out_dir": str(tmp_path / "b")}
+    assert_bitwise_equal(first["model"], again["model"])
+
+
+def test_config_file_sets_fields_and_flags_override_it(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text('epochs = 2\nlr = 1\nmax-steps = 2\nout_dir = "runs/x"\n')
+    cfg = train.parse_config(["--config", str(path), "--epochs", "5"])
+    assert (cfg.epochs, cfg.lr, cfg.max_steps, cfg.out_dir) == (5, 1.0, 2, "runs/x")
+
+
+BAD_FILES = [("bad.toml", "no_such_field = 1", "no_such_field")]
+BAD_FILES += [("bad.json", '{"epochs": "3"}', "epochs")]
+BAD_FILES += [("bad.toml", "epochs = [", "not valid TOML")]
+
+
+@pytest.mark.parametrize("name, text, named", BAD_FILES)
+def test_config_file_with_unknown_key_or_wrong_type_is_refused(
+    tmp_path, capsys, name, text, named
+):
+    (tmp_path / name).write_text(text)
+    with pytest.raises(SystemExit) as stopped:
+        run_main(tmp_path / "run", "--config", tmp_path / name)
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert named in error and name in error, error
+    assert not (tmp_path / "run").exists()
+
+
 def test_loss_goes_down(tmp_path):
     # 32 samples seen for 6 epochs: the last epoch's mean loss is well below the first's
     args = ["--synthetic-train-size", 32, "--epochs", 6, "--warmup-steps", 2]

@@ -1,0 +1,115 @@
+"""Shared helpers for this project's tests, which run YOUR train.py, model.py
+and data.py.
+
+Each test calls `train.main([...])` in this process with tiny settings and checks one
+guarantee of the features this project was generated with; README.md ("What the tests
+guarantee") lists them. An edit that breaks a guarantee fails its test at once. Run them
+from the project folder: `pytest`, or `pytest -x -q -k NAME` for one.
+"""
+
+from __future__ import annotations
+
+import csv
+import signal  # [resume]
+from pathlib import Path
+
+import mlflow  # [mlflow]
+import pytest  # [resume] [mlflow] [wandb]
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook  # [resume]
+
+import train
+
+# Tiny built-in data on the CPU: each run takes a second or two. A later flag overrides
+# an earlier one, so a test adds its own settings after these.
+TINY = ["--device", "cpu", "--batch-size", "8", "--log-every", "1"]
+TINY += ["--synthetic-train-size", "64", "--synthetic-val-size", "16"]
+TINY += ["--image-size", "16"]  # small images: the same code paths, four times faster
+
+# Tiny models on tiny batches run as fast on one thread, and a busy machine slows them
+# less.
+torch.set_num_threads(1)
+
+
+def run_main(out_dir: Path, *args) -> dict:
+    """Your train.main() in this process: TINY settings, outputs in `out_dir`, then
+    `args`. Returns what main returns: the final validation metrics."""
+    return train.main([*TINY, "--out-dir", str(out_dir), *map(str, args)])
+
+
+def load(out_dir: Path, name: str = "final.pt") -> dict:
+    """A file written by train.py, loaded the safe way: tensors and plain data only."""
+    return torch.load(Path(out_dir) / name, map_location="cpu", weights_only=True)
+
+
+def read_metrics(out_dir: Path) -> tuple[list[dict], list[dict]]:
+    """metrics.csv as (training rows, validation rows): numbers as floats, no empty
+    cells."""
+    with open(Path(out_dir) / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    rows = [{k: float(v) for k, v in row.items() if v != ""} for row in rows]
+    return [r for r in rows if "train_loss" in r], [r for r in rows if "val_loss" in r]
+
+
+def assert_bitwise_equal(a: dict, b: dict) -> None:
+    """Two state dicts hold the same tensors, bit for bit."""
+    assert a.keys() == b.keys()
+    different = [name for name in a if not torch.equal(a[name], b[name])]
+    message = f"{len(different)} of {len(a)} tensors differ: {different[:3]}"
+    assert not different, message
+
+
+# [resume] what each optimizer update applies
+class UpdateRecorder:
+    """Watches every optimizer.step() while active: the gradient the update applies (all
+    parameters as one float32 vector, after clipping and unscaling) and its learning
+    rate. `on_update(n)` is called just before the n-th update (1-based)."""
+
+    def __init__(self, on_update=None):
+        self.on_update = on_update
+        self.grads, self.lrs = [], []
+
+    def __enter__(self) -> "UpdateRecorder":
+        self.handle = register_optimizer_step_pre_hook(self.record)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.handle.remove()
+
+    def record(self, optimizer, args, kwargs) -> None:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
+        self.grads.append(torch.cat([g.detach().float().flatten() for g in grads]))
+        self.lrs.append(optimizer.param_groups[0]["lr"])
+        if self.on_update is not None:
+            self.on_update(len(self.lrs))
+
+
+@pytest.fixture(autouse=True)
+def restore_signal_handlers():
+    """[resume] train.main() installs SIGTERM/SIGUSR1 handlers; put pytest's back after
+    each test."""
+    saved = [(s, signal.getsignal(s)) for s in (signal.SIGTERM, signal.SIGUSR1)]
+    yield
+    for signum, handler in saved:
+        signal.signal(signum, handler)
+
+
+@pytest.fixture(scope="session")
+def mlflow_store(tmp_path_factory) -> str:
+    """[mlflow] A tracking store for this test session, never yours: a SQLite file, the
+    artifacts beside it (MLflow keeps them under the folder it created the store in)."""
+    folder = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{folder / 'mlruns.db'}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        mlflow.MlflowClient(uri).search_experiments()  # creates the store
+    return uri
+
+
+@pytest.fixture(autouse=True)
+def trackers(monkeypatch, mlflow_store):
+    """[mlflow] [wandb] Every run logs to this session's MLflow store, and to W&B
+    offline (files under <out-dir>/wandb: no account, no network)."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store)  # [mlflow]
+    monkeypatch.setenv("WANDB_MODE", "offline")  # [wandb]

@@ -1,0 +1,71 @@
+"""[mlflow] The MLflow run holds the config as parameters, the numbers of metrics.csv at
+the same steps (optimizer updates) and best.pt/final.pt as artifacts.
+[resume] A run stopped by SIGTERM and resumed logs into one MLflow run, no step twice.
+The runs log to a SQLite store of the test session (conftest.py), never to yours."""
+
+import os  # [resume]
+import signal  # [resume]
+
+import mlflow
+import pytest
+
+from conftest import UpdateRecorder, load, read_metrics, run_main  # [resume]
+
+
+def metrics_csv(out_dir) -> dict:
+    """metrics.csv as metric name -> [(step, value), ...], in step order."""
+    series = {}
+    for rows in read_metrics(out_dir):
+        for row in rows:
+            for name, value in row.items():
+                if name not in ("step", "epoch"):
+                    series.setdefault(name, []).append((int(row["step"]), value))
+    return {name: sorted(points) for name, points in series.items()}
+
+
+def logged(run_id: str) -> dict:
+    """The MLflow run's metrics as name -> [(step, value), ...], in step order."""
+    client = mlflow.MlflowClient()
+    names = client.get_run(run_id).data.metrics
+    return {
+        name: sorted((m.step, m.value) for m in client.get_metric_history(run_id, name))
+        for name in names
+    }
+
+
+def test_run_holds_the_config_the_metrics_and_the_weights(tmp_path):
+    run_main(tmp_path, "--synthetic-train-size", 32, "--epochs", 2)
+    run = mlflow.last_active_run()
+    assert run.info.status == "FINISHED"
+    config = load(tmp_path)["config"]
+    assert run.data.params == {name: str(value) for name, value in config.items()}
+    assert logged(run.info.run_id) == pytest.approx(metrics_csv(tmp_path))
+    artifacts = mlflow.MlflowClient().list_artifacts(run.info.run_id)
+    sizes = {artifact.path: artifact.file_size for artifact in artifacts}
+    assert sizes == {
+        name: (tmp_path / name).stat().st_size for name in ("best.pt", "final.pt")
+    }
+
+
+def test_stopped_and_resumed_run_logs_into_one_run_no_step_twice(tmp_path):
+    """[resume] Stopped by SIGTERM mid-epoch, then resumed from last.pt."""
+    args = ["--synthetic-train-size", 32, "--epochs", 3, "--checkpoint-every", 1000]
+
+    def stop_before(update):
+        if update == 6:  # the middle of epoch 2 (4 updates per epoch)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with UpdateRecorder(on_update=stop_before), pytest.raises(SystemExit):
+        run_main(tmp_path, *args)
+    stopped = mlflow.last_active_run()
+    assert stopped.info.status == "KILLED"
+    assert load(tmp_path, "last.pt")["mlflow_run_id"] == stopped.info.run_id
+    run_main(tmp_path, *args)  # resumes from last.pt
+    resumed = mlflow.last_active_run()
+    assert resumed.info.run_id == stopped.info.run_id
+    assert resumed.info.status == "FINISHED"
+    series = logged(resumed.info.run_id)
+    for name, points in series.items():
+        steps = [step for step, _ in points]
+        assert len(steps) == len(set(steps)), f"{name} logged twice at a step: {steps}"
+    assert series == pytest.approx(metrics_csv(tmp_path))

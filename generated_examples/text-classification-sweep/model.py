@@ -1,0 +1,112 @@
+"""The model: word embeddings, a transformer encoder, masked mean pooling and a
+linear classifier."""
+
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+
+from data import PAD_ID
+
+
+class TextClassifier(nn.Module):
+    def __init__(
+        self,
+        vocab_size: int,
+        num_classes: int,
+        embed_dim: int,
+        num_layers: int,
+        num_heads: int,
+        dropout: float,
+        max_length: int,
+    ):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD_ID)
+        self.position = nn.Embedding(max_length, embed_dim)
+        layer = nn.TransformerEncoderLayer(
+            embed_dim,
+            num_heads,
+            dim_feedforward=2 * embed_dim,
+            dropout=dropout,
+            batch_first=True,
+        )
+        self.encoder = nn.TransformerEncoder(
+            layer, num_layers, enable_nested_tensor=False
+        )
+        self.head = nn.Linear(embed_dim, num_classes)
+
+    def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
+        mask = token_ids != PAD_ID  # True for real words, False for padding
+        positions = torch.arange(token_ids.shape[1], device=token_ids.device)
+        hidden = self.encoder(
+            self.embed(token_ids) + self.position(positions), src_key_padding_mask=~mask
+        )
+        # masked mean pooling: padding contributes nothing, whatever the batch's
+        # padded length
+        mask = mask.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+        return self.head(pooled)
+
+
+def build_model(cfg, data_info: dict) -> nn.Module:
+    return TextClassifier(
+        vocab_size=len(data_info["vocab"]),
+        num_classes=len(data_info["classes"]),
+        embed_dim=cfg.embed_dim,
+        num_layers=cfg.num_layers,
+        num_heads=cfg.num_heads,
+        dropout=cfg.dropout,
+        max_length=cfg.max_length,
+    )
+
+
+def load_trained(path, device: torch.device):
+    """(model in eval mode on `device`, config, data info) of a best.pt or final.pt
+    written by train.py. The model is rebuilt from the checkpoint's own config, so no
+    flag is repeated. Anything else (a damaged file, another task's checkpoint) stops
+    with one line."""
+    try:
+        # weights_only: tensors and plain data only, never arbitrary pickled objects
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise SystemExit(f"error: {path}: no such file; pass a run's best.pt") from None
+    except Exception as exc:  # torch.load raises many types for a damaged file
+        reason = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+        reason = reason.split(". ")[0][:120]  # the first sentence
+        raise SystemExit(
+            f"error: {path}: not a readable checkpoint ({reason});"
+            " pass a run's best.pt or final.pt"
+        ) from None
+    keys = {"classes", "vocab"}
+    fields = checkpoint.keys() if isinstance(checkpoint, dict) else set()
+    data = checkpoint.get("data") if {"model", "config"} <= fields else None
+    config = checkpoint.get("config") if data is not None else None
+    if not (
+        isinstance(data, dict) and data.keys() == keys and isinstance(config, dict)
+    ):
+        raise SystemExit(
+            f"error: {path}: not a text-classification checkpoint;"
+            " pass a best.pt or final.pt written by this project's train.py"
+        )
+    cfg = SimpleNamespace(**config)
+    try:
+        model = build_model(cfg, data)
+        model.load_state_dict(checkpoint["model"])
+    except (AttributeError, TypeError, RuntimeError) as exc:
+        reason = (str(exc).strip() or type(exc).__name__).splitlines()[0][:120]
+        raise SystemExit(
+            f"error: {path}: its weights do not fit this project's model ({reason})"
+        ) from None
+    return model.to(device).eval(), cfg, data
+
+
+def best_device(name: str = "auto") -> torch.device:
+    """auto: a CUDA GPU, else Apple's MPS, else the CPU."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            name = "cuda"
+        elif torch.backends.mps.is_available():
+            name = "mps"
+        else:
+            name = "cpu"
+    return torch.device(name)
