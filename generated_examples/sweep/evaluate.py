@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> dict:
     loader = DataLoader(
         dataset,
         batch_size=cfg.batch_size,
-        num_workers=cfg.num_workers,
+        num_workers=max(cfg.num_workers, 0),  # -1 (auto): load in this process
     )
     classes = data_info["classes"]
     loss_sum, probabilities, targets = predict_split(model, loader, device)
