@@ -343,8 +343,7 @@ def run_one(scenario: Scenario, mode: str, feature: str, workdir: Path) -> tuple
         need = [r for r in FEATURES[feature].requires]
         start = resolve_features(need) if need else []
     else:
-        start = resolve_features(list(scenario.start)) if scenario.start else [
-            f for f in FEATURES if f != "ddp" or feature == "ddp"]
+        start = resolve_features(list(scenario.start)) if scenario.start else _every_feature_with(feature)
         start = resolve_features(start)
     import scaffold.render as render_mod
 
@@ -403,6 +402,20 @@ def run(only=None, features=None, verbose=False, workdir=None):
     finally:
         undo()
     return results
+
+
+def _every_feature_with(feature: str) -> list[str]:
+    """`feature` and every feature that combines with it. ddp, fsdp (two processes) and
+    pretrained (a downloaded model) join only when they are the feature itself."""
+    from scaffold.catalogue import FEATURES
+
+    chosen = [feature]
+    for name in FEATURES:
+        if name in chosen or (name in ("ddp", "fsdp", "pretrained") and name != feature):
+            continue
+        if not any(name in FEATURES[c].conflicts or c in FEATURES[name].conflicts for c in chosen):
+            chosen.append(name)
+    return chosen
 
 
 def _run_all(results, only, features, verbose, workdir):

@@ -811,6 +811,8 @@ SCRIPT_PROBE = textwrap.dedent(r'''
         "arch": [],  # checked when the model is built: see RUNTIME
     }
     EXTRA = {"dropout": ["1"], "seed": [str(2**64)]}
+    # --num-workers -1 means "auto" (0 on CPU): below that is refused
+    OWN_BAD = {"num_workers": ["abc", "1.5", "", "-2"]}
     RUNTIME = {"arch": ["no-such-net"], "device": ["cuda:7", "mps"], "resume": ["/nonexistent/x.pt"]}
     results = {"fields": {}, "failures": [], "checkpoints": {}, "seconds": {}}
     import time
@@ -857,7 +859,7 @@ SCRIPT_PROBE = textwrap.dedent(r'''
             if kind is str and field.name not in BAD_STR:
                 results["failures"].append(f"{project}: no bad values listed for {field.name}")
                 continue
-            bad = BAD_STR[field.name] if kind is str else BAD[kind]
+            bad = BAD_STR[field.name] if kind is str else OWN_BAD.get(field.name, BAD[kind])
             for value in bad + EXTRA.get(field.name, []):
                 code, err = parse(train, [f"{flag}={value}"])
                 if code != 2 or flag not in err or "Traceback" in err:
