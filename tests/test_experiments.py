@@ -5,7 +5,8 @@
   --config. (The generated test_core.py checks unknown keys and wrong types.)
 - mlflow: a run killed with SIGKILL (os._exit, no cleanup) after its checkpoint and resumed is
   ONE MLflow run, read back with MlflowClient: no metric twice at a step, the values of
-  metrics.csv at the same steps; last.pt names the run. An unreachable tracking URI is one line.
+  metrics.csv at the same steps; last.pt names the run. An unreachable tracking URI is one line;
+  W&B that cannot start ends the MLflow run it follows as KILLED.
 - wandb: the same killed run's resumed W&B run keeps the run id (offline run directories).
 - sweep: a sweep killed (SIGKILL) inside a trial and started again completes the study; the best
   trial's config file is accepted by train.py --config; a search over an unknown field and
@@ -180,6 +181,27 @@ def test_killed_and_resumed_run_is_one_tracked_run_without_duplicate_steps(tmp_p
     assert unreachable.returncode == 1
     assert one_line_error(stderr).startswith("error: cannot log to MLflow at http://127.0.0.1:9")
     assert not (project / "bad" / "metrics.csv").exists()
+
+
+@pytest.mark.slow
+def test_wandb_that_cannot_start_ends_the_mlflow_run_it_opened(tmp_path):
+    """W&B online without an API key: one line, and the MLflow run opened before it ends as
+    KILLED (not left running, not FINISHED by MLflow's exit hook)."""
+    project = copy_example("resume+mlflow+wandb", tmp_path / "p")
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(MLFLOW_TRACKING_URI=uri, WANDB_MODE="online", HOME=str(tmp_path), OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "train.py", *SMALL, "--out-dir", "run"], cwd=project,
+                          capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert one_line_error(proc.stderr).startswith("error: cannot start W&B (")
+    assert not (project / "run" / "metrics.csv").exists()
+
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert [run.info.status for run in runs] == ["KILLED"]
 
 
 # --- sweep --------------------------------------------------------------------------------------

@@ -711,7 +711,12 @@ def main(argv: list[str] | None = None) -> dict:
 
     # [wandb] [resume] a W&B run; a resumed run continues its checkpoint's run
     wandb_id = state.get("wandb_run_id") if resume_path else None
-    wandb_run = open_wandb(cfg, out_dir, meta, wandb_id)
+    # [mlflow] a W&B run that cannot start ends the MLflow run too
+    try:
+        wandb_run = open_wandb(cfg, out_dir, meta, wandb_id)
+    except SystemExit:
+        end_mlflow(SystemExit)
+        raise
 
     # --- training loop ---
     metrics_path = out_dir / "metrics.csv"

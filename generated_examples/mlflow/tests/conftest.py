@@ -69,7 +69,10 @@ def mlflow_store(tmp_path_factory) -> str:
     return uri
 
 
-@pytest.fixture(autouse=True)
-def trackers(monkeypatch, mlflow_store):
-    """[mlflow] Every run logs to this session's MLflow store."""
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store)  # [mlflow]
+@pytest.fixture(scope="session", autouse=True)
+def trackers(mlflow_store):
+    """[mlflow] Every run logs to this session's MLflow store. Session-wide, so that a
+    module's fixture that trains logs there too."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", mlflow_store)  # [mlflow]
+        yield

@@ -107,9 +107,12 @@ def mlflow_store(tmp_path_factory) -> str:
     return uri
 
 
-@pytest.fixture(autouse=True)
-def trackers(monkeypatch, mlflow_store):
+@pytest.fixture(scope="session", autouse=True)
+def trackers(mlflow_store):
     """[mlflow] [wandb] Every run logs to this session's MLflow store, and to W&B
-    offline (files under <out-dir>/wandb: no account, no network)."""
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store)  # [mlflow]
-    monkeypatch.setenv("WANDB_MODE", "offline")  # [wandb]
+    offline (files under <out-dir>/wandb: no account, no network). Session-wide, so
+    that a module's fixture that trains logs there too."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", mlflow_store)  # [mlflow]
+        patch.setenv("WANDB_MODE", "offline")  # [wandb]
+        yield

@@ -56,8 +56,10 @@ def assert_bitwise_equal(a: dict, b: dict) -> None:
     assert not different, message
 
 
-@pytest.fixture(autouse=True)
-def trackers(monkeypatch):
+@pytest.fixture(scope="session", autouse=True)
+def trackers():
     """[wandb] Every run logs to W&B offline (files under <out-dir>/wandb: no account,
-    no network)."""
-    monkeypatch.setenv("WANDB_MODE", "offline")  # [wandb]
+    no network). Session-wide, so that a module's fixture that trains does too."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WANDB_MODE", "offline")  # [wandb]
+        yield
