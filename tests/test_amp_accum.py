@@ -147,8 +147,8 @@ main()
 TRAIN_SIZE, WARMUP, EPOCHS, LR = 52, 3, 2, 1e-3
 COMMON = [
     "--synthetic-train-size", str(TRAIN_SIZE), "--synthetic-val-size", "8",
-    "--embed-dim", "32", "--num-heads", "2", "--num-layers", "1", "--max-length", "16",
-    "--dropout", "0", "--warmup-steps", str(WARMUP), "--epochs", str(EPOCHS), "--lr", str(LR),
+    "--encoder", "transformer", "--embed-dim", "32", "--num-heads", "2", "--num-layers", "1",
+    "--max-length", "16", "--dropout", "0", "--warmup-steps", str(WARMUP), "--epochs", str(EPOCHS), "--lr", str(LR),
     "--log-every", "1",
 ]
 

@@ -13,7 +13,7 @@ their outputs:
 
 Why the text tasks and not the image CNN: the image model has BatchNorm, whose training-mode
 statistics are per rank (b samples) under DDP but over 2b samples in one process, so "2 ranks ==
-1 process" is not even true in theory there. The text models (embedding + transformer encoder,
+1 process" is not even true in theory there. The text models (embedding + transformer encoder: --encoder transformer,
 masked pooling, --dropout 0) have no batch statistics and no randomness in the forward pass, so
 the two runs compute the same sums, only in a different floating-point order.
 
@@ -53,7 +53,8 @@ if not Path(TORCHRUN[0]).exists():
 RUN_TIMEOUT = 240  # seconds for one torchrun (torch imports are slow on this loaded machine)
 
 # A tiny transformer on built-in synthetic text; dropout 0 (see the module docstring).
-TEXT_MODEL = ["--embed-dim", "16", "--num-layers", "1", "--num-heads", "2", "--dropout", "0",
+TEXT_MODEL = ["--encoder", "transformer", "--embed-dim", "16", "--num-layers", "1", "--num-heads", "2",
+              "--dropout", "0",
               "--max-length", "48", "--device", "cpu", "--lr", "0.01", "--warmup-steps", "2"]
 # 40 training samples: 20 per rank, no DistributedSampler padding. 37 validation samples: odd,
 # so the two ranks' validation shards differ in size (19 and 18).

@@ -157,12 +157,12 @@ MUTATIONS = {
     ),
     # core (after training): evaluate.py reads the data as validation does, no augmentation
     "core-evaluate-with-augmentation": Mutation(
-        "minimal", "data.py", edit_statement("transform = transforms(cfg.image_size, False)", "False", "True"),
+        "minimal", "data.py", edit_statement("transform = transforms(cfg.image_size)", "cfg.image_size)", "cfg.image_size, cfg.augment)"),
         "test_after_training.py::test_evaluate_on_val_gives_exactly_the_numbers_training_logged",
     ),
     # core (after training): predict.py uses the evaluation transforms, as evaluate.py does
     "core-predict-with-augmentation": Mutation(
-        "minimal", "predict.py", edit_statement("transform = transforms(", "False", "True"),
+        "minimal", "predict.py", edit_statement("transform = transforms(", "cfg.image_size)", "cfg.image_size, cfg.augment)"),
         "test_after_training.py::test_predict_agrees_with_evaluate",
     ),
     # core (ddp's sampler): every epoch in a new order

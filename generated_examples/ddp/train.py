@@ -65,6 +65,9 @@ class Config:
     synthetic_train_size: int = 1000  # built-in training samples
     synthetic_val_size: int = 500  # built-in validation samples
     image_size: int = 32  # images are resized to image_size x image_size
+    # training augmentation: crop (random shifts), crop+flip (also mirrored: photos, not
+    # digits or text), none
+    augment: str = "crop"
     arch: str = "small-cnn"  # or a torchvision model, e.g. resnet18 (random init)
     # DataLoader worker processes; -1: 0 on the CPU (measured faster there: workers
     # compete with training for the cores), on a GPU min(8, CPUs per process)
@@ -96,6 +99,10 @@ class Config:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{flag(name)} must be > 0, got {getattr(self, name)}")
         non_negative = ["weight_decay", "warmup_steps", "max_grad_norm", "max_steps"]
+        if self.augment not in ("none", "crop", "crop+flip"):
+            raise ValueError(
+                f"--augment must be none, crop or crop+flip, got {self.augment!r}"
+            )
         if self.num_workers < -1:
             raise ValueError(
                 f"--num-workers must be >= 0 or -1 (auto), got {self.num_workers}"

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     device = best_device(args.device)
     model, cfg, data_info = load_trained(args.checkpoint, device)
     classes = data_info["classes"]
-    transform = transforms(cfg.image_size, False)  # never the training augmentation
+    transform = transforms(cfg.image_size)  # never the training augmentation
     items = list_inputs(args.inputs)
     if not items:
         sys.exit(f"error: no inputs in {' '.join(args.inputs)}")

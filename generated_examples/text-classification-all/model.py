@@ -1,5 +1,5 @@
-"""The model: word embeddings, a transformer encoder, masked mean pooling and a
-linear classifier."""
+"""The model: word embeddings, optionally a transformer encoder (--encoder), masked mean
+pooling and a linear classifier."""
 
 from types import SimpleNamespace
 
@@ -10,10 +10,15 @@ from data import PAD_ID
 
 
 class TextClassifier(nn.Module):
+    """--encoder bag: the mean of the word embeddings, then a linear classifier
+    (fastText-style). --encoder transformer: the word and position embeddings go
+    through a transformer encoder first."""
+
     def __init__(
         self,
         vocab_size: int,
         num_classes: int,
+        encoder: str,
         embed_dim: int,
         num_layers: int,
         num_heads: int,
@@ -22,36 +27,42 @@ class TextClassifier(nn.Module):
     ):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD_ID)
-        self.position = nn.Embedding(max_length, embed_dim)
-        layer = nn.TransformerEncoderLayer(
-            embed_dim,
-            num_heads,
-            dim_feedforward=2 * embed_dim,
-            dropout=dropout,
-            batch_first=True,
-        )
-        self.encoder = nn.TransformerEncoder(
-            layer, num_layers, enable_nested_tensor=False
-        )
+        self.encoder = None
+        if encoder == "transformer":
+            self.position = nn.Embedding(max_length, embed_dim)
+            layer = nn.TransformerEncoderLayer(
+                embed_dim,
+                num_heads,
+                dim_feedforward=2 * embed_dim,
+                dropout=dropout,
+                batch_first=True,
+            )
+            self.encoder = nn.TransformerEncoder(
+                layer, num_layers, enable_nested_tensor=False
+            )
+        self.dropout = nn.Dropout(dropout)
         self.head = nn.Linear(embed_dim, num_classes)
 
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
         mask = token_ids != PAD_ID  # True for real words, False for padding
-        positions = torch.arange(token_ids.shape[1], device=token_ids.device)
-        hidden = self.encoder(
-            self.embed(token_ids) + self.position(positions), src_key_padding_mask=~mask
-        )
+        hidden = self.embed(token_ids)
+        if self.encoder is not None:
+            positions = torch.arange(token_ids.shape[1], device=token_ids.device)
+            hidden = self.encoder(
+                hidden + self.position(positions), src_key_padding_mask=~mask
+            )
         # masked mean pooling: padding contributes nothing, whatever the batch's
         # padded length
         mask = mask.unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
-        return self.head(pooled)
+        return self.head(self.dropout(pooled))
 
 
 def build_model(cfg, data_info: dict) -> nn.Module:
     return TextClassifier(
         vocab_size=len(data_info["vocab"]),
         num_classes=len(data_info["classes"]),
+        encoder=cfg.encoder,
         embed_dim=cfg.embed_dim,
         num_layers=cfg.num_layers,
         num_heads=cfg.num_heads,

@@ -23,13 +23,15 @@ SYNTHETIC_CLASSES = ["horizontal-stripes", "vertical-stripes", "checkerboard", "
 SYNTHETIC_SEEDS = {"train": 1, "val": 2, "test": 3}
 
 
-def transforms(image_size: int, train: bool) -> v2.Compose:
+def transforms(image_size: int, augment: str = "none") -> v2.Compose:
+    """Resize and normalise; `augment` (the training split's --augment): crop shifts the
+    image by up to 1/8 of its size, crop+flip also mirrors it (photos, not digits or
+    text)."""
     steps = [v2.ToImage(), v2.Resize((image_size, image_size), antialias=True)]
-    if train:  # augmentation for the training split only
-        steps += [
-            v2.RandomCrop(image_size, padding=image_size // 8),
-            v2.RandomHorizontalFlip(),
-        ]
+    if augment in ("crop", "crop+flip"):
+        steps.append(v2.RandomCrop(image_size, padding=image_size // 8))
+    if augment == "crop+flip":
+        steps.append(v2.RandomHorizontalFlip())
     steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)]
     return v2.Compose(steps)
 
@@ -77,10 +79,10 @@ def build_datasets(cfg):
             cfg.synthetic_train_size,
             cfg.image_size,
             1,
-            transforms(cfg.image_size, True),
+            transforms(cfg.image_size, cfg.augment),
         )
         val_set = SyntheticImages(
-            cfg.synthetic_val_size, cfg.image_size, 2, transforms(cfg.image_size, False)
+            cfg.synthetic_val_size, cfg.image_size, 2, transforms(cfg.image_size)
         )
         return train_set, val_set, {"classes": SYNTHETIC_CLASSES}
     root = Path(cfg.data_dir)
@@ -93,7 +95,8 @@ def build_datasets(cfg):
                 f" and {root}/val/<class>/*.png"
             )
         try:
-            transform = transforms(cfg.image_size, split == "train")
+            augment = cfg.augment if split == "train" else "none"
+            transform = transforms(cfg.image_size, augment)
             splits[split] = datasets.ImageFolder(
                 folder,
                 transform=transform,
@@ -143,7 +146,7 @@ class TrainedClassFolder(datasets.ImageFolder):
 def build_eval_set(cfg, data_info: dict, split: str):
     """One split (train, val or test) with the evaluation transforms, never the
     augmentation; labels numbered as in training. Returns (dataset, sample names)."""
-    transform = transforms(cfg.image_size, False)
+    transform = transforms(cfg.image_size)
     if not cfg.data_dir:
         size = cfg.synthetic_train_size if split == "train" else cfg.synthetic_val_size
         dataset = SyntheticImages(

@@ -17,7 +17,6 @@ from pathlib import Path
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook  # [fsdp]
 
-import data  # [fsdp]
 import train
 
 # [fsdp] where test_fsdp.py starts torchrun
@@ -111,8 +110,9 @@ def batch_independent(patch, augment: bool = True) -> list[str]:
     whatever the loop does. Here the BatchNorm layers stay in eval mode (fixed
     statistics); every other layer and the whole loop run as written.
 
-    augment=False also turns off the random augmentation of the training images, for
-    comparisons across processes: each process draws its own random numbers.
+    augment=False also turns off the random augmentation of the training images (the
+    flags --augment none), for comparisons across processes: each process draws its own
+    random numbers.
     """
     build_model = train.build_model
 
@@ -125,7 +125,4 @@ def batch_independent(patch, augment: bool = True) -> list[str]:
         return model
 
     patch(train, "build_model", build_per_sample_model)
-    if not augment:
-        transforms = data.transforms
-        patch(data, "transforms", lambda size, _train: transforms(size, False))
-    return []
+    return [] if augment else ["--augment", "none"]

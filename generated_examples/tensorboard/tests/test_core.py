@@ -106,6 +106,7 @@ def test_every_epoch_sees_every_sample_once_in_a_new_order(tmp_path, monkeypatch
 
 BAD_SETTINGS = [("--batch-size", "0"), ("--lr", "-1"), ("--epochs", "0")]
 BAD_SETTINGS += [("--max-grad-norm", "-1")]
+BAD_SETTINGS += [("--augment", "flip")]
 
 
 @pytest.mark.parametrize("flag, value", BAD_SETTINGS)

@@ -69,7 +69,6 @@ def test_config_file_with_unknown_key_or_wrong_type_is_refused(
 def test_loss_goes_down(tmp_path):
     # 32 samples seen for 6 epochs: the last epoch's mean loss is well below the first's
     args = ["--synthetic-train-size", 32, "--epochs", 6, "--warmup-steps", 2]
-    args += ["--lr", "3e-3"]  # the text model learns slowly at its default lr
     run_main(tmp_path, *args)
     train_rows, _ = read_metrics(tmp_path)
     first = [row["train_loss"] for row in train_rows if row["epoch"] == 1]
@@ -107,6 +106,7 @@ def test_every_epoch_sees_every_sample_once_in_a_new_order(tmp_path, monkeypatch
 
 BAD_SETTINGS = [("--batch-size", "0"), ("--lr", "-1"), ("--epochs", "0")]
 BAD_SETTINGS += [("--max-grad-norm", "-1")]
+BAD_SETTINGS += [("--encoder", "lstm")]
 
 
 @pytest.mark.parametrize("flag, value", BAD_SETTINGS)
