@@ -1,6 +1,7 @@
 """[pretrained] The model: a pretrained timm backbone with a new classification head
 for our classes."""
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -70,11 +71,42 @@ def export(model: nn.Module, folder: Path, data_info: dict) -> None:
     )
 
 
+def load_run_config(folder: Path) -> SimpleNamespace:
+    """[pretrained] The config of the run whose <out-dir>/model/ `folder` is: the
+    config.json train.py wrote beside it."""
+    path = folder.parent / "config.json"
+    try:
+        return SimpleNamespace(**json.loads(path.read_text()))
+    except (OSError, ValueError):
+        raise SystemExit(
+            f"error: {folder}: no readable {path} beside it; pass the model folder of"
+            " a run (<out-dir>/model), or its best.pt"
+        ) from None
+
+
+def load_exported(folder: Path, device: torch.device):
+    """[pretrained] (model in eval mode on `device`, config, data info) of the folder
+    <out-dir>/model/ that train.py exported, loaded with timm alone; the class names
+    are in its config.json, the run's config beside the folder."""
+    cfg = load_run_config(folder)
+    try:
+        model = timm.create_model(f"local-dir:{folder}", pretrained=True)
+        data = {"classes": list(model.pretrained_cfg["label_names"])}
+    except (OSError, RuntimeError, ValueError, KeyError) as exc:
+        reason = (str(exc).strip() or type(exc).__name__).splitlines()[0][:120]
+        raise SystemExit(
+            f"error: {folder}: not a model folder written by train.py ({reason})"
+        ) from None
+    return model.to(device).eval(), cfg, data
+
+
 def load_trained(path, device: torch.device):
     """(model in eval mode on `device`, config, data info) of a best.pt or final.pt
     written by train.py. The model is rebuilt from the checkpoint's own config, so no
     flag is repeated. Anything else (a damaged file, another task's checkpoint) stops
     with one line."""
+    if Path(path).is_dir():  # [pretrained] <out-dir>/model/, the exported model
+        return load_exported(Path(path), device)
     try:
         # weights_only: tensors and plain data only, never arbitrary pickled objects
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)

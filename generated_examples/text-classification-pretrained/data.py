@@ -212,3 +212,17 @@ def build_datasets(cfg, tokenizer):
     train_set = encode(train, tokenizer, classes, cfg.max_length)
     val_set = encode(val, tokenizer, classes, cfg.max_length)
     return train_set, val_set, {"classes": classes, "pad_id": tokenizer.pad_token_id}
+
+
+def build_eval_set(cfg, data_info: dict, split: str, tokenizer):
+    """[pretrained] One split (train, val or test) encoded with the model's tokenizer
+    and the checkpoint's classes. Returns (dataset, sample names)."""
+    if cfg.data_dir:
+        examples = read_examples(find_split(Path(cfg.data_dir), split))
+    else:
+        size = cfg.synthetic_train_size if split == "train" else cfg.synthetic_val_size
+        examples = synthetic_examples(
+            size, SYNTHETIC_SEEDS[split], f"synthetic {split}"
+        )
+    dataset = encode(examples, tokenizer, data_info["classes"], cfg.max_length)
+    return dataset, [where for _, _, where in examples]

@@ -273,6 +273,25 @@ def build_datasets(cfg, tokenizer):
     return train_set, val_set, {"tags": tag_names, "pad_id": tokenizer.pad_token_id}
 
 
+def build_eval_set(cfg, data_info: dict, split: str, tokenizer):
+    """[pretrained] One split (train, val or test) encoded with the model's tokenizer
+    and the checkpoint's tags; first sub-words labelled only (metrics per word).
+    Returns (dataset, sample names)."""
+    if cfg.data_dir:
+        path = Path(cfg.data_dir, f"{split}.txt")
+        sentences, source = read_conll(path), str(path)
+    else:
+        size = cfg.synthetic_train_size if split == "train" else cfg.synthetic_val_size
+        sentences = synthetic_sentences(size, SYNTHETIC_SEEDS[split])
+        source = f"synthetic {split}"
+    dataset = encode(
+        sentences, tokenizer, data_info["tags"], cfg.max_length, source, False
+    )
+    if cfg.data_dir:
+        return dataset, [f"{source}:{line}" for _, _, line in sentences]
+    return dataset, [f"{source} {i}" for i in range(len(sentences))]
+
+
 def entity_spans(tags: list[str]) -> set[tuple[str, int, int]]:
     """(type, start, end) of each entity in a BIO sequence, as seqeval's default mode
     reads it: an entity starts at B-X, or at an I-X that does not continue an X

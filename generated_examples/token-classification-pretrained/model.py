@@ -1,12 +1,15 @@
 """[pretrained] The model: a pretrained Hugging Face transformer with a new
 token classification head."""
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 from torch import nn
 from transformers import AutoModelForTokenClassification
+
+from data import load_tokenizer
 
 
 class PretrainedTagger(nn.Module):
@@ -57,11 +60,48 @@ def export(model: nn.Module, folder: Path, tokenizer) -> None:
     tokenizer.save_pretrained(folder)
 
 
+def load_run_config(folder: Path) -> SimpleNamespace:
+    """[pretrained] The config of the run whose <out-dir>/model/ `folder` is: the
+    config.json train.py wrote beside it."""
+    path = folder.parent / "config.json"
+    try:
+        return SimpleNamespace(**json.loads(path.read_text()))
+    except (OSError, ValueError):
+        raise SystemExit(
+            f"error: {folder}: no readable {path} beside it; pass the model folder of"
+            " a run (<out-dir>/model), or its best.pt"
+        ) from None
+
+
+def load_exported(folder: Path, device: torch.device):
+    """[pretrained] (model in eval mode on `device`, config, data info) of the folder
+    <out-dir>/model/ that train.py exported, loaded with transformers alone, with the
+    tokenizer saved in it; the label names are in its config.json, the run's config
+    beside the folder."""
+    cfg = load_run_config(folder)
+    cfg.model = str(folder)  # the tokenizer is read from the folder too
+    try:
+        transformer = AutoModelForTokenClassification.from_pretrained(folder)
+        tokenizer = load_tokenizer(cfg)
+    except (OSError, ValueError) as exc:
+        reason = (str(exc).strip() or type(exc).__name__).splitlines()[0][:120]
+        raise SystemExit(
+            f"error: {folder}: not a model folder written by train.py ({reason})"
+        ) from None
+    labels = transformer.config.id2label
+    names = [labels[i] for i in range(len(labels))]
+    data = {"tags": names, "pad_id": tokenizer.pad_token_id}
+    model = PretrainedTagger(transformer, tokenizer.pad_token_id)
+    return model.to(device).eval(), cfg, data
+
+
 def load_trained(path, device: torch.device):
     """(model in eval mode on `device`, config, data info) of a best.pt or final.pt
     written by train.py. The model is rebuilt from the checkpoint's own config, so no
     flag is repeated. Anything else (a damaged file, another task's checkpoint) stops
     with one line."""
+    if Path(path).is_dir():  # [pretrained] <out-dir>/model/, the exported model
+        return load_exported(Path(path), device)
     try:
         # weights_only: tensors and plain data only, never arbitrary pickled objects
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
@@ -74,7 +114,7 @@ def load_trained(path, device: torch.device):
             f"error: {path}: not a readable checkpoint ({reason});"
             " pass a run's best.pt or final.pt"
         ) from None
-    keys = {"tags", "vocab"}
+    keys = {"tags", "pad_id"}  # [pretrained]
     fields = checkpoint.keys() if isinstance(checkpoint, dict) else set()
     data = checkpoint.get("data") if {"model", "config"} <= fields else None
     config = checkpoint.get("config") if data is not None else None
