@@ -14,7 +14,7 @@ from the command's own words:
   LOST       a line of the user's edit is gone from the files            (target 0)
   SILENT     exit 0, but a removed feature's tagged lines remain          (target 0)
   BROKEN     exit 0, but the files have an undefined name they did not    (target 0)
-  HALF       the record lists the added feature, train.py has none of it and no marker (target 0)
+  HALF       the record lists the added feature, no file has any of it and no marker (target 0)
 
     python benchmarks/merge_scenarios.py            # the table
     python benchmarks/merge_scenarios.py --only tabs --features amp
@@ -25,6 +25,7 @@ Nothing is trained; the projects live in a temporary folder.
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import subprocess
 import sys
@@ -310,6 +311,36 @@ def _undefined(files: dict[str, bytes]) -> set[tuple[str, str]]:
     return found
 
 
+@functools.cache
+def _feature_homes(feature: str) -> frozenset[str]:
+    """train.py if a fresh project with the feature has it there, else the Python files
+    that have it (export: export.py and its test)."""
+    from scaffold.answers import Answers
+    from scaffold.catalogue import resolve_features
+    from scaffold.render import render
+
+    files = render(Answers(NAME, "image-classification", resolve_features([feature])))
+    texts = {rel: data if isinstance(data, bytes) else data.encode() for rel, data in files.items()
+             if rel.endswith(".py")}
+    if _has_feature({"train.py": texts["train.py"]}, feature):
+        return frozenset({"train.py"})
+    return frozenset(rel for rel in texts if _has_feature({rel: texts[rel]}, feature))
+
+
+def _has_feature(files, feature) -> bool:
+    """Any line of any text file is the feature's (scaffold.tags: comments, docstrings,
+    whole files such as export.py)."""
+    from scaffold.tags import feature_lines
+
+    for rel, data in files.items():
+        try:
+            if feature_lines(rel, data.decode("utf-8")).get(feature):
+                return True
+        except (UnicodeDecodeError, SyntaxError, ValueError):
+            continue
+    return False
+
+
 def _tags(files, feature) -> bool:
     import io
     import tokenize
@@ -373,9 +404,11 @@ def run_one(scenario: Scenario, mode: str, feature: str, workdir: Path) -> tuple
     lost = scenario.check(edited, after) if scenario.check else ""
     if lost:
         return "LOST", lost
-    if mode == "add" and result.written and b"<<<<<<<" not in after.get("train.py", b"<<<<<<<") \
-            and not _tags({"train.py": after["train.py"]}, feature):
-        return "HALF", "the record lists it; train.py does not have it"
+    # the files where a fresh project has the feature (train.py; export.py for export)
+    homes = _feature_homes(feature)
+    if mode == "add" and result.written and not any(b"<<<<<<<" in after.get(rel, b"") for rel in homes) \
+            and not _has_feature({rel: after[rel] for rel in homes if rel in after}, feature):
+        return "HALF", f"the record lists it; {', '.join(sorted(homes))} {'has' if len(homes) == 1 else 'have'} none of it"
     leftovers = getattr(result, "leftovers", [])
     if code:
         return ("leftover" if leftovers and not result.conflicts else "conflict"), \

@@ -809,6 +809,8 @@ SCRIPT_PROBE = textwrap.dedent(r'''
         "mode": ["sideways"],
         "resume": [""],
         "arch": [],  # checked when the model is built: see RUNTIME
+        "augment": ["flip", "", "CROP"],
+        "encoder": ["lstm", "", "Bag"],
     }
     EXTRA = {"dropout": ["1"], "seed": [str(2**64)]}
     # --num-workers -1 means "auto" (0 on CPU): below that is refused
