@@ -97,12 +97,11 @@ FEATURES: dict[str, Feature] = {
             "export",
             "export.py: ONNX (checked with onnxruntime), TorchScript, torch.export program.",
             packages=("onnx>=1.17", "onnxscript>=0.3", "onnxruntime>=1.20"),
-            conflicts=("pretrained",),
         ),
         Feature(
             "pretrained",
             "Fine-tune a pretrained backbone: timm for images, Hugging Face transformers for text.",
-            conflicts=("export", "fsdp"),
+            conflicts=("fsdp",),
         ),
     )
 }

@@ -46,11 +46,12 @@ EXAMPLES: dict[str, tuple[str, list[str]]] = {
     "token-classification-minimal": ("token-classification", []),
     "token-classification-all": ("token-classification", ALL),
     "image-classification-pretrained": ("image-classification", ["pretrained"]),
+    "image-classification-pretrained+export": ("image-classification", ["pretrained", "export"]),
     "text-classification-pretrained": ("text-classification", ["pretrained"]),
     "token-classification-pretrained": ("token-classification", ["pretrained"]),
     "token-classification-pretrained-all": (
         "token-classification",
-        [f for f in LOOP_FEATURES if f not in ("fsdp", "export")],
+        [f for f in LOOP_FEATURES if f != "fsdp"],
     ),
 }
 

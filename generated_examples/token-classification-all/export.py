@@ -82,7 +82,7 @@ def export(model, example: torch.Tensor, fmt: str, path: Path, max_length: int):
             dynamo=True,
             input_names=[name],
             output_names=["logits"],
-            dynamic_shapes={name: onnx_axes},
+            dynamic_shapes=(onnx_axes,),  # by position: any forward argument name
             external_data=False,  # one file (the weights inside: fine below 2 GB)
             verbose=False,
         )
@@ -96,7 +96,7 @@ def export(model, example: torch.Tensor, fmt: str, path: Path, max_length: int):
             torch.jit.trace(model, (example,)).save(path)
             loaded = torch.jit.load(path)
         return loaded
-    program = torch.export.export(model, (example,), dynamic_shapes={name: export_axes})
+    program = torch.export.export(model, (example,), dynamic_shapes=(export_axes,))
     torch.export.save(program, path)
     return torch.export.load(path).module()
 

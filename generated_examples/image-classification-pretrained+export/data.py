@@ -1,0 +1,192 @@
+"""Data: built-in synthetic images, or your images in torchvision's ImageFolder layout.
+
+    DATA/train/<class name>/*.png|jpg
+    DATA/val/<class name>/*.png|jpg
+    DATA/test/<class name>/*.png|jpg    (optional: for evaluate.py --split test)
+
+The class names (folder names) come from DATA/train; DATA/val must have the same
+folders.
+"""
+
+from pathlib import Path
+
+import torch
+from PIL import Image
+from timm.data import create_transform, resolve_data_config  # [pretrained]
+from timm.models import get_pretrained_cfg  # [pretrained]
+from torch.utils.data import Dataset
+from torchvision import datasets
+from torchvision.datasets.folder import IMG_EXTENSIONS
+from torchvision.transforms import v2
+
+SYNTHETIC_CLASSES = ["horizontal-stripes", "vertical-stripes", "checkerboard", "disk"]
+# the built-in splits (build_datasets draws train and val with these seeds)
+SYNTHETIC_SEEDS = {"train": 1, "val": 2, "test": 3}
+
+
+def transforms(cfg, train: bool) -> v2.Compose:
+    """[pretrained] The backbone's own preprocessing, from its timm data config: input
+    size, interpolation, crop, mean and std (--image-size N overrides the size);
+    timm's augmentation for the training split."""
+    pretrained_cfg = get_pretrained_cfg(cfg.model)
+    if pretrained_cfg is None:
+        raise ValueError(
+            f"--model {cfg.model!r} is not a timm model with pretrained weights: "
+            "choose one of timm.list_models(pretrained=True), e.g. resnet18.a1_in1k"
+        )
+    size = {"input_size": (3, cfg.image_size, cfg.image_size)} if cfg.image_size else {}
+    data_config = resolve_data_config(size, pretrained_cfg=pretrained_cfg.to_dict())
+    # timm's transforms take PIL images; the built-in images are uint8 tensors
+    return v2.Compose(
+        [v2.ToPILImage(), create_transform(**data_config, is_training=train)]
+    )
+
+
+class SyntheticImages(Dataset):
+    """Coloured stripes, checkerboards and disks with random frequency, phase, position
+    and noise: learnable by a small CNN, generated in memory from a fixed seed (no
+    download)."""
+
+    def __init__(self, size: int, image_size: int, seed: int, transform):
+        g = torch.Generator().manual_seed(seed)
+        n, s = size, image_size
+        self.labels = torch.randint(0, len(SYNTHETIC_CLASSES), (n,), generator=g)
+        ys, xs = torch.meshgrid(
+            torch.arange(s).float(), torch.arange(s).float(), indexing="ij"
+        )
+        freq = torch.randint(2, 5, (n, 1, 1), generator=g) * 2 * torch.pi / s
+        phase = torch.rand(n, 1, 1, generator=g) * 2 * torch.pi
+        rows, cols = torch.sin(ys * freq + phase) > 0, torch.sin(xs * freq + phase) > 0
+        cy, cx = (torch.rand(2, n, 1, 1, generator=g) * 0.5 + 0.25) * s
+        radius = (torch.rand(n, 1, 1, generator=g) * 0.15 + 0.2) * s
+        disk = (ys - cy) ** 2 + (xs - cx) ** 2 < radius**2
+        patterns = torch.stack([rows, cols, rows ^ cols, disk], 1)[
+            torch.arange(n), self.labels
+        ]
+        background = torch.rand(n, 3, 1, 1, generator=g) * 0.4
+        foreground = torch.rand(n, 3, 1, 1, generator=g) * 0.4 + 0.6
+        images = torch.where(patterns.unsqueeze(1), foreground, background)
+        images = images + 0.1 * torch.randn(n, 3, s, s, generator=g)
+        self.images = (images.clamp(0, 1) * 255).to(torch.uint8)
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int):
+        return self.transform(self.images[index]), int(self.labels[index])
+
+
+def build_datasets(cfg):
+    """Return (train_set, val_set, data_info); data_info is stored in every
+    checkpoint."""
+    if not cfg.data_dir:
+        # [pretrained] 32x32 pictures, resized by the backbone's transforms
+        train_set = SyntheticImages(
+            cfg.synthetic_train_size, 32, 1, transforms(cfg, True)
+        )
+        val_set = SyntheticImages(cfg.synthetic_val_size, 32, 2, transforms(cfg, False))
+        return train_set, val_set, {"classes": SYNTHETIC_CLASSES}
+    root = Path(cfg.data_dir)
+    splits = {}
+    for split in ("train", "val"):
+        folder = root / split
+        if not folder.is_dir():
+            raise ValueError(
+                f"{folder}: missing; expected {root}/train/<class>/*.png"
+                f" and {root}/val/<class>/*.png"
+            )
+        try:
+            transform = transforms(cfg, split == "train")  # [pretrained]
+            splits[split] = datasets.ImageFolder(
+                folder,
+                transform=transform,
+                loader=load_image,
+                is_valid_file=check_image,
+            )
+        except FileNotFoundError as exc:  # no class folders, or no images in them
+            raise ValueError(f"{folder}: {exc}") from None
+    classes = splits["train"].classes
+    for name in splits["val"].classes:
+        if name not in classes:
+            raise ValueError(
+                f"{root / 'val' / name}: class {name!r}"
+                f" has no folder in {root / 'train'}"
+            )
+    # ImageFolder numbers the classes of each split by their sorted names:
+    # they must be the same
+    if splits["val"].classes != classes:
+        missing = sorted(set(classes) - set(splits["val"].classes))
+        raise ValueError(
+            f"{root / 'val'}: no folder for class {missing[0]!r};"
+            " val needs the class folders of train"
+        )
+    return splits["train"], splits["val"], {"classes": classes}
+
+
+class TrainedClassFolder(datasets.ImageFolder):
+    """ImageFolder numbered with the classes of training (from the checkpoint), so a
+    split may lack a class and still gets the label ids the model learned."""
+
+    def __init__(self, root: Path, classes: list[str], transform):
+        self.trained_classes = classes
+        super().__init__(
+            root,
+            transform=transform,
+            loader=load_image,
+            is_valid_file=check_image,
+            allow_empty=True,
+        )
+
+    def find_classes(self, directory):
+        return self.trained_classes, {
+            name: i for i, name in enumerate(self.trained_classes)
+        }
+
+
+def build_eval_set(cfg, data_info: dict, split: str):
+    """One split (train, val or test) with the evaluation transforms, never the
+    augmentation; labels numbered as in training. Returns (dataset, sample names)."""
+    transform = transforms(cfg, False)  # [pretrained] the backbone's own preprocessing
+    if not cfg.data_dir:
+        size = cfg.synthetic_train_size if split == "train" else cfg.synthetic_val_size
+        # [pretrained] drawn at 32 x 32 as in training, then resized by transform
+        dataset = SyntheticImages(size, 32, SYNTHETIC_SEEDS[split], transform)
+        return dataset, [f"synthetic {split} {i}" for i in range(len(dataset))]
+    folder = Path(cfg.data_dir) / split
+    if not folder.is_dir():
+        raise ValueError(f"{folder}: missing; expected {folder}/<class>/*.png")
+    classes = data_info["classes"]
+    for path in sorted(folder.iterdir()):
+        if path.is_dir() and path.name not in classes:
+            raise ValueError(
+                f"{path}: class {path.name!r} was not in the training split"
+            )
+    dataset = TrainedClassFolder(folder, classes, transform)
+    if not dataset.samples:
+        raise ValueError(f"{folder}: no images in its class folders")
+    return dataset, [path for path, _ in dataset.samples]
+
+
+def check_image(path: str) -> bool:
+    """ImageFolder calls this for every file it finds. Image files are opened once (PIL
+    reads only the header, about a second per 10,000 files), so a file that is not an
+    image stops the run here, with its name, not in the middle of an epoch. Other files
+    are skipped."""
+    if not path.lower().endswith(IMG_EXTENSIONS):
+        return False  # e.g. .DS_Store or notes.txt
+    try:
+        with Image.open(path):
+            return True
+    except OSError as exc:  # PIL's UnidentifiedImageError is an OSError
+        raise ValueError(f"{path}: not a readable image ({exc})") from None
+
+
+def load_image(path: str):
+    """Decode an image as RGB (grayscale and RGBA files too); a damaged file names
+    itself."""
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB")
+    except OSError as exc:  # e.g. a truncated file whose header was fine
+        raise ValueError(f"{path}: not a readable image ({exc})") from None
