@@ -41,6 +41,8 @@ ALWAYS = ["all", "text-classification-all", "token-classification-all", "minimal
 ALWAYS += ["resume+mlflow+wandb", "text-classification-sweep"]  # the experiment features
 # [pretrained] every feature with a pretrained (tiny, offline) transformer and sub-word tokens
 ALWAYS += ["token-classification-pretrained-all"]
+# [pretrained] a timm backbone (with export), and a sequence classifier: evaluate, predict
+ALWAYS += ["image-classification-pretrained+export", "text-classification-pretrained"]
 SUITES = list(EXAMPLES) if os.environ.get("SCAFFOLD_ALL_SUITES") else ALWAYS
 TIMEOUT = 1200  # seconds for any one subprocess; a hang is a failure, not a stuck run
 
