@@ -289,7 +289,8 @@ MUTATIONS = {
     # [pretrained] the backbone starts from the pretrained weights, only the head is new
     "pretrained-random-backbone": Mutation(
         "token-classification-pretrained-all", "model.py",
-        replace_pattern(r"PretrainedTagger\(transformer,", "PretrainedTagger(type(transformer)(transformer.config),"),
+        replace_pattern(r"return PretrainedTagger\(transformer,",
+                        "return PretrainedTagger(type(transformer)(transformer.config),"),
         "test_pretrained.py::test_backbone_starts_from_the_pretrained_weights_only_the_head_is_new",
     ),
     # [pretrained] --freeze-backbone-epochs keeps the backbone's lr at 0
