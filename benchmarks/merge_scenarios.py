@@ -334,9 +334,10 @@ def _has_feature(files, feature) -> bool:
 
     for rel, data in files.items():
         try:
-            if feature_lines(rel, data.decode("utf-8")).get(feature):
+            # a project in another encoding (cp1252): its tags are ASCII all the same
+            if feature_lines(rel, data.decode("utf-8", "replace")).get(feature):
                 return True
-        except (UnicodeDecodeError, SyntaxError, ValueError):
+        except (SyntaxError, ValueError):
             continue
     return False
 
