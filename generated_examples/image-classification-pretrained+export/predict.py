@@ -32,7 +32,11 @@ from model import best_device, load_trained
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("checkpoint", type=Path, help="best.pt or final.pt of a run")
+    parser.add_argument(  # [pretrained]
+        "checkpoint",
+        type=Path,
+        help="best.pt or final.pt of a run, or its model/ folder",
+    )
     parser.add_argument("inputs", nargs="+", help="image files or folders of them")
     parser.add_argument("--output", type=Path, help="preds.jsonl or preds.csv")
     parser.add_argument("--top-k", type=int, default=1, help="labels per input")

@@ -7,6 +7,7 @@ Run:
     python evaluate.py runs/latest/best.pt                 # the validation split
     python evaluate.py runs/latest/best.pt --split test    # the test split
     python evaluate.py runs/latest/final.pt --data-dir OTHER_DATA
+    python evaluate.py runs/latest/model    # [pretrained] the exported folder
 
 The model and the data settings come from the checkpoint's own config: no training flag
 is repeated. The data is read as train.py reads it, without augmentation; on the

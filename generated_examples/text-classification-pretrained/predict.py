@@ -10,7 +10,7 @@ Run:
 One row per input: its name (file:line), the --top-k predicted labels and their
 probabilities.
 Rows go to --output (.jsonl or .csv) or, without it, to stdout as JSON lines. The model
-and the vocabulary come from the checkpoint, used as evaluate.py uses them.
+and [pretrained] the tokenizer of its --model come from the checkpoint's config.
 Inputs are predicted in batches on the best device.
 An empty line or an unreadable file is reported by name and skipped; the exit status
 is then 1.
@@ -32,7 +32,11 @@ from model import best_device, load_trained
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("checkpoint", type=Path, help="best.pt or final.pt of a run")
+    parser.add_argument(  # [pretrained]
+        "checkpoint",
+        type=Path,
+        help="best.pt or final.pt of a run, or its model/ folder",
+    )
     parser.add_argument(
         "inputs", nargs="+", help="text files, one text per line; - reads stdin"
     )
