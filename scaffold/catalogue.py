@@ -75,8 +75,7 @@ FEATURES: dict[str, Feature] = {
             "fsdp",
             "FSDP2 (fully_shard per block) with torchrun: sharded weights, gradients, optimizer "
             "state and checkpoints; --activation-checkpointing.",
-            # pretrained: its library-format export and two-group optimizer are not sharded yet
-            conflicts=("ddp", "pretrained"),
+            conflicts=("ddp",),
         ),
         Feature(
             "mlflow",
@@ -101,7 +100,6 @@ FEATURES: dict[str, Feature] = {
         Feature(
             "pretrained",
             "Fine-tune a pretrained backbone: timm for images, Hugging Face transformers for text.",
-            conflicts=("fsdp",),
         ),
     )
 }

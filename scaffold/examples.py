@@ -49,6 +49,10 @@ EXAMPLES: dict[str, tuple[str, list[str]]] = {
     "image-classification-pretrained+export": ("image-classification", ["pretrained", "export"]),
     "text-classification-pretrained": ("text-classification", ["pretrained"]),
     "token-classification-pretrained": ("token-classification", ["pretrained"]),
+    "token-classification-pretrained-fsdp": (
+        "token-classification",
+        ["pretrained", "fsdp", "amp", "grad-accum", "resume", "export"],
+    ),
     "token-classification-pretrained-all": (
         "token-classification",
         [f for f in LOOP_FEATURES if f != "fsdp"],

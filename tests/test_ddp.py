@@ -19,10 +19,11 @@ the two runs compute the same sums, only in a different floating-point order.
 
 Observation hook: tests append HOOK (below) to a generated copy's data.py (the user-owned file
 train.py imports first). It changes no number: it wraps the training set to record which indices
-each rank fetched (and can pause rank 0 at a given fetch so a test can kill or signal the run at
-a known update), and registers torch's own default all-reduce as a DDP comm hook (the same
-division by world size and all-reduce as DDP's built-in one) to count the gradient all-reduce
-passes. train.py is never edited here.
+each rank fetched (and can pause both ranks at a given fetch so a test can kill or signal the run
+at a known update), counts train.py's dist.all_reduce calls between optimizer steps, and
+registers torch's own default all-reduce as a DDP comm hook (the same division by world size and
+all-reduce as DDP's built-in one) to count the gradient all-reduce passes. train.py is never
+edited here.
 """
 
 from __future__ import annotations
@@ -81,10 +82,12 @@ HOOK = '''
 import atexit as _atexit
 import json as _json
 import os as _os
+import sys as _sys
 import time as _time
 
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as _default_hooks
 from torch.nn.parallel import DistributedDataParallel as _DDP
+from torch.optim.optimizer import register_optimizer_step_pre_hook as _register_step_hook
 
 _HOOK_DIR = _os.environ.get("DDP_TEST_HOOK_DIR")
 _RANK = int(_os.environ.get("RANK", "0"))
@@ -94,7 +97,7 @@ _record = {"pid": _os.getpid(), "fetched": [], "allreduce_passes": 0}
 class _Recorder(torch.utils.data.Dataset):
     def __init__(self, inner):
         self.inner = inner
-        self.pause_at = int(_os.environ.get("DDP_TEST_PAUSE_AT", "0")) if _RANK == 0 else 0
+        self.pause_at = int(_os.environ.get("DDP_TEST_PAUSE_AT", "0"))
 
     def __len__(self):
         return len(self.inner)
@@ -102,8 +105,9 @@ class _Recorder(torch.utils.data.Dataset):
     def __getitem__(self, index):
         _record["fetched"].append(int(index))
         if len(_record["fetched"]) == self.pause_at:
-            # wait here (inside an update) until the test says go, or kills us
-            Path(_HOOK_DIR, "paused").write_text("")
+            # every rank waits here (inside an update, before its all-reduce) until the test
+            # says go, or kills us
+            Path(_HOOK_DIR, f"paused{_RANK}").write_text("")
             while not Path(_HOOK_DIR, "go").exists():
                 _time.sleep(0.02)
         return self.inner[index]
@@ -116,6 +120,23 @@ def _counting_allreduce(state, bucket):
 
 
 _generated_ddp_init = _DDP.__init__
+_generated_all_reduce = torch.distributed.all_reduce
+_record["allreduces_between_steps"] = []  # [n]: calls between optimizer steps n+1 and n+2
+
+
+def _counting_all_reduce(*args, **kwargs):
+    # train.py's dist.all_reduce calls (looked up at call time), by the function that made
+    # them; DDP's gradient all-reduce is counted by the comm hook above
+    caller = _sys._getframe(1)
+    if caller.f_code.co_name == "all_reduce_sum":  # train.py's helper: who called it
+        caller = caller.f_back
+    if _record["allreduces_between_steps"] and caller.f_code.co_filename.endswith("train.py"):
+        _record["allreduces_between_steps"][-1].append(caller.f_code.co_name)
+    return _generated_all_reduce(*args, **kwargs)
+
+
+def _on_step(optimizer, args, kwargs):
+    _record["allreduces_between_steps"].append([])
 
 
 def _ddp_init(self, *args, **kwargs):
@@ -135,6 +156,8 @@ def build_datasets(cfg):
     if _HOOK_DIR:
         Path(_HOOK_DIR, f"rank{_RANK}.pid").write_text(str(_os.getpid()))
         _DDP.__init__ = _ddp_init
+        torch.distributed.all_reduce = _counting_all_reduce
+        _register_step_hook(_on_step)
         _atexit.register(_write_record)
         train_set = _Recorder(train_set)
     return train_set, val_set, data_info
@@ -315,7 +338,8 @@ def last_step(out_dir: Path) -> int:
 
 
 def start_paused(project: Path, out_dir: Path, tmp: Path, name: str, pause_at: int) -> tuple[Run, Path]:
-    """A 2-rank text run that will pause rank 0 at its `pause_at`-th sample fetch (inside an update)."""
+    """A 2-rank text run whose ranks both pause at their `pause_at`-th sample fetch (inside an update,
+    before its all-reduce)."""
     hook_dir = tmp / f"hook-{name}"
     hook_dir.mkdir()
     run = torchrun(project, [*ACCUM_ARGS, *DROPOUT, "--batch-size", str(PER_RANK_BATCH), "--out-dir", str(out_dir)],
@@ -324,9 +348,9 @@ def start_paused(project: Path, out_dir: Path, tmp: Path, name: str, pause_at: i
 
 
 def wait_paused(run: Run, hook_dir: Path) -> list[int]:
-    """Wait until rank 0 paused; return the workers' pids (rank 0, rank 1)."""
+    """Wait until both ranks paused; return the workers' pids (rank 0, rank 1)."""
     deadline = time.monotonic() + RUN_TIMEOUT
-    while not (hook_dir / "paused").exists():
+    while not all((hook_dir / f"paused{r}").exists() for r in (0, 1)):
         if run.proc.poll() is not None or time.monotonic() > deadline:
             run.kill()
             raise AssertionError(f"the run never paused:\n{run.output()[-4000:]}")
@@ -337,8 +361,9 @@ def wait_paused(run: Run, hook_dir: Path) -> list[int]:
 def chain(project: Path, tmp: Path, facts: dict) -> None:
     """One 2-rank run of the text project, interrupted twice, resumed with torchrun each time:
     1. kill -9 inside update 6: last.pt is at step 4, so update 5 is lost and must be redone;
-    2. the resume gets SIGTERM on rank 1 ONLY, inside update 7: the all-reduced stop flag must stop
-       rank 0 after the same update, rank 0 saves last.pt at step 7, the workers exit 75;
+    2. the resume gets SIGTERM on rank 1 ONLY, inside update 7 before its all-reduce: the stop flag
+       summed in that all-reduce must stop rank 0 after the same update, rank 0 saves last.pt at
+       step 7, the workers exit 75;
     3. the last resume runs to the end (its final.pt is compared with the uninterrupted run)."""
     out_dir = facts["out_dir"] = tmp / "out-chain"
     per_epoch, b = TRAIN // 2, PER_RANK_BATCH
@@ -362,7 +387,7 @@ def chain(project: Path, tmp: Path, facts: dict) -> None:
     run, hook_dir = start_paused(project, out_dir, tmp, "sigterm", 3 * b + 1)
     facts["runs"].append(run)
     _, rank1 = wait_paused(run, hook_dir)
-    os.kill(rank1, signal.SIGTERM)  # rank 1 waits for rank 0 in this update's first all-reduce
+    os.kill(rank1, signal.SIGTERM)  # both ranks wait at their first fetch of update 7
     (hook_dir / "go").write_text("")
     facts["sigterm_code"] = run.wait()
     facts["sigterm_log"] = run.output()
@@ -542,6 +567,22 @@ def test_gradients_are_all_reduced_once_per_update_not_per_micro_batch(runs):
         record = json.loads((runs["hook_dir"] / f"rank{rank}.json").read_text())
         assert record["allreduce_passes"] == ACCUM_UPDATES, f"rank {rank}"
         assert len(record["fetched"]) == ACCUM_MICRO_BATCHES * PER_RANK_BATCH
+
+
+def test_one_all_reduce_per_update_carries_the_count_and_the_stop_flags(runs):
+    """Issue 22: the window's sample count and the stop flag (a stop signal: this project has
+    resume) travel in ONE all-reduce per update, not one each. Between two optimizer steps that do
+    not straddle a validation (epochs end at updates 3 and 6), train.py's own all-reduces are
+    exactly over_ranks() (the count and the flag) and read_loss() (the mean loss over ranks, at
+    log steps: --log-every 1 makes every update one, where the flag is read too). The loop before
+    had an all-reduce for the flag of its own."""
+    finished(runs, "reference")
+    for rank in (0, 1):
+        between = json.loads((runs["hook_dir"] / f"rank{rank}.json").read_text())["allreduces_between_steps"]
+        assert len(between) == ACCUM_UPDATES, between
+        within_epochs = [sorted(calls) for n, calls in enumerate(between[:-1], 1) if n % 3]
+        expected = ["over_ranks", "read_loss"]
+        assert within_epochs == [expected] * 6, f"rank {rank}: all-reduces between steps {between}"
 
 
 # --- kill -9, SIGTERM and resume ----------------------------------------------------------------

@@ -2,9 +2,10 @@
 the snapshots, and it must FAIL, naming the broken guarantee, when a small edit breaks one.
 
 - test_generated_suite_passes[NAME]: `python -m pytest -q` in a copy of generated_examples/NAME, as
-  a user runs it. Always for `all`, `text-classification-all`, `token-classification-all` (every
-  feature, each task) and `minimal` (the plain loop); the other snapshots only with
-  SCAFFOLD_ALL_SUITES=1 (their code paths are in those four, and they do not fit the time budget).
+  a user runs it. Always for the snapshots in ALWAYS below (every loop feature for each task, the
+  plain loop, the experiment features, pretrained for each task, fsdp alone and with pretrained);
+  the other snapshots only with SCAFFOLD_ALL_SUITES=1 (their code paths are in those, and they do
+  not fit the time budget).
 - test_mutation_is_caught[ID]: a copy of a snapshot with one breaking edit (MUTATIONS below); the
   generated test for that guarantee (`pytest -x -q -k TEST`) must fail, and the failing test's
   name must be the guarantee's. The unedited snapshots pass the same tests (the suites above), so
@@ -43,6 +44,8 @@ ALWAYS += ["resume+mlflow+wandb", "text-classification-sweep"]  # the experiment
 ALWAYS += ["token-classification-pretrained-all"]
 # [pretrained] a timm backbone (with export), and a sequence classifier: evaluate, predict
 ALWAYS += ["image-classification-pretrained+export", "text-classification-pretrained"]
+# [fsdp] sharded: every loop feature (all-fsdp), and a transformer fine-tuned sharded
+ALWAYS += ["all-fsdp", "token-classification-pretrained-fsdp"]
 SUITES = list(EXAMPLES) if os.environ.get("SCAFFOLD_ALL_SUITES") else ALWAYS
 TIMEOUT = 1200  # seconds for any one subprocess; a hang is a failure, not a stuck run
 

@@ -21,6 +21,7 @@ generated suite of `token-classification-pretrained-all` (test_generated_suite.p
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -188,6 +189,79 @@ def test_snapshot_test_pretrained_passes(tmp_path):
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, f"{task}:\n{out[-3000:]}"
         assert "3 passed" in out, out[-500:]
+
+
+# --- pretrained + fsdp: fine-tuned sharded on 2 ranks, exported whole ---------------------------
+
+# appended to the copy's data.py: records, at every optimizer step of each rank, what the rank
+# stores of the parameters (DTensor local shards) and each parameter group's lr. Changes no number.
+FSDP_HOOK = """
+
+import json as _json
+import os as _os
+
+from torch.optim.optimizer import register_optimizer_step_pre_hook as _register_step_hook
+
+_RECORD = _os.environ.get("PRETRAINED_FSDP_RECORD")
+_steps = []
+
+
+def _record_step(optimizer, args, kwargs):
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    local = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in params)
+    full = sum(p.numel() for p in params)
+    _steps.append({"local": local, "full": full, "lrs": [g["lr"] for g in optimizer.param_groups]})
+    Path(f"{_RECORD}.rank{_os.environ.get('RANK', '0')}.json").write_text(_json.dumps(_steps))
+
+
+if _RECORD:
+    _register_step_hook(_record_step)
+"""
+
+
+def test_fsdp_fine_tunes_sharded_and_exports_the_whole_model(tiny, tmp_path):
+    """token-classification-pretrained-fsdp under a real torchrun (2 gloo ranks): the tiny BERT is
+    sharded per transformer layer (each rank stores about half of the parameters), bf16 mixed
+    precision with activation checkpointing runs, the backbone group (of sharded parameters) learns
+    nothing in the frozen epoch and at --backbone-lr-scale after it, and rank 0 exports
+    <out-dir>/model/ from the gathered final.pt: loaded with transformers alone, it gives final.pt's
+    logits."""
+    import torch
+    from test_ddp import torchrun, wait_ok
+
+    project = shutil.copytree(ROOT / "token-classification-pretrained-fsdp", tmp_path / "project")
+    with open(project / "data.py", "a") as f:
+        f.write(FSDP_HOOK)
+    out, record = tmp_path / "out", tmp_path / "steps"
+    args = ["--model", str(tiny["bert"]), "--device", "cpu", "--synthetic-train-size", "64",
+            "--synthetic-val-size", "16", "--batch-size", "8", "--grad-accum-steps", "2", "--epochs", "2",
+            "--lr", "1e-3", "--backbone-lr-scale", "0.5", "--freeze-backbone-epochs", "1",
+            "--precision", "bf16", "--activation-checkpointing", "--log-every", "1", "--out-dir", str(out)]
+    log = wait_ok(torchrun(project, args, tmp_path / "torchrun.log", PRETRAINED_FSDP_RECORD=record), "2 ranks")
+    assert log.count("done: 4 updates") == 2, log[-3000:]
+
+    steps = {rank: json.loads(Path(f"{record}.rank{rank}.json").read_text()) for rank in (0, 1)}
+    full = steps[0][0]["full"]
+    assert steps[0][0]["local"] + steps[1][0]["local"] == full
+    for rank in (0, 1):
+        assert 0.4 < steps[rank][0]["local"] / full < 0.6, steps[rank][0]
+        head, backbone = zip(*(step["lrs"] for step in steps[rank]))
+        assert all(lr > 0 for lr in head) and backbone[:2] == (0.0, 0.0), steps[rank]  # frozen epoch
+        assert backbone[2] == pytest.approx(0.5 * head[2]), steps[rank]
+
+    from transformers import AutoModelForTokenClassification
+
+    model = import_generated(project, "model")
+    sys.path.insert(0, str(project))  # model.py imports data
+    try:
+        trained, _, data_info = model.load_trained(out / "final.pt", torch.device("cpu"))
+    finally:
+        sys.path.remove(str(project))
+    exported = AutoModelForTokenClassification.from_pretrained(out / "model").eval()
+    ids = torch.tensor([[2, 17, 31, 44, 5, 3]])
+    with torch.no_grad():
+        logits = exported(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+        assert torch.equal(logits, trained(ids))
 
 
 # --- errors before training, one line each ------------------------------------------------------

@@ -373,20 +373,18 @@ def wrap_ddp(model, device: torch.device):
     return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
-def global_denominator(count, device: torch.device) -> torch.Tensor:
-    """[ddp] What to divide a summed loss by: the count over all ranks, divided by the
-    number of ranks, because DDP averages the gradients over ranks (not a sum).
-    `count` (an int, or a tensor on the device) is never read on the host: the forward
-    does not wait for the all-reduce."""
+def over_ranks(count, *flags: bool, device: torch.device):
+    """[ddp] The one all-reduce of an update: [count, *flags] summed over all ranks.
+    Returns what to divide a summed loss by (the total count / the number of ranks,
+    because DDP averages the gradients over ranks, not a sum) and the flags'
+    sums, the number of ranks that raised each. Nothing here waits for the device: each
+    value (an int, a bool, a 0-d tensor) is added to a zero on the device, never copied
+    from the host. The loop reads the flags at log steps only: a flag raised on any
+    rank stops all ranks after the same update, at most --log-every updates later."""
+    zero = torch.zeros((), device=device)
+    totals = all_reduce_sum(torch.stack([zero + count, *(zero + f for f in flags)]))
     world_size = dist.get_world_size() if dist.is_initialized() else 1
-    total = all_reduce_sum(torch.zeros((), device=device) + count)
-    return total / world_size
-
-
-def any_rank(flag: bool, device: torch.device) -> bool:
-    """[ddp] True if `flag` is True on any rank: all ranks then leave the loop at the
-    same update (a rank that left alone would hang the others' next collective)."""
-    return bool(all_reduce_sum(torch.tensor([float(flag)], device=device)).item())
+    return totals[0] / world_size, totals[1:]
 
 
 def shard(train_set, val_set, rank: int, world_size: int, seed: int):
@@ -857,7 +855,9 @@ def main(argv: list[str] | None = None) -> dict:
             for window in windows(loader, cfg.grad_accum_steps):  # [grad-accum]
                 # [grad-accum] losses / the whole window's size: K x b == a batch of K*b
                 denominator = sum(len(targets) for _, targets in window)
-                denominator = global_denominator(denominator, device)  # [ddp]
+                # [ddp] [callbacks] [resume] one all-reduce: the count, the stop flags
+                flags = (stop_asked, bool(stop_signals))
+                denominator, raised = over_ranks(denominator, *flags, device=device)
                 window_loss = torch.zeros((), device=device)
                 for i, (inputs, targets) in enumerate(window):
                     inputs = inputs.to(device, non_blocking=True)
@@ -912,12 +912,10 @@ def main(argv: list[str] | None = None) -> dict:
                 # [callbacks] a hook may ask to stop after this update
                 if cb.run_hooks(callbacks, "on_step_end", step=step, metrics=row):
                     stop_asked = True  # [ddp]
-                # [ddp] all ranks stop at the same update; they agree at log steps
-                stop = any_rank(stop_asked, device) if log_step else False
 
-                # [resume] a stop signal: save at this update boundary, then exit
-                # [ddp] agreed at log steps: a stop waits at most --log-every updates
-                stop_now = any_rank(bool(stop_signals), device) if log_step else False
+                # [ddp] [callbacks] [resume] all ranks stop together, read at log steps
+                raised_on_any = raised.tolist() if log_step else [0, 0]
+                stop, stop_now = (n > 0 for n in raised_on_any)
 
                 if stop or step >= total_steps:  # [callbacks]
                     stop = True

@@ -361,20 +361,18 @@ def all_reduce_max(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def global_denominator(count, device: torch.device) -> torch.Tensor:
-    """[fsdp] What to divide a summed loss by: the count over all ranks, divided by the
-    number of ranks, because FSDP averages the gradients over ranks (not a sum).
-    `count` (an int, or a tensor on the device) is never read on the host: the forward
-    does not wait for the all-reduce."""
+def over_ranks(count, *flags: bool, device: torch.device):
+    """[fsdp] The one all-reduce of an update: [count, *flags] summed over all ranks.
+    Returns what to divide a summed loss by (the total count / the number of ranks,
+    because FSDP averages the gradients over ranks, not a sum) and the flags'
+    sums, the number of ranks that raised each. Nothing here waits for the device: each
+    value (an int, a bool, a 0-d tensor) is added to a zero on the device, never copied
+    from the host. The loop reads the flags at log steps only: a flag raised on any
+    rank stops all ranks after the same update, at most --log-every updates later."""
+    zero = torch.zeros((), device=device)
+    totals = all_reduce_sum(torch.stack([zero + count, *(zero + f for f in flags)]))
     world_size = dist.get_world_size() if dist.is_initialized() else 1
-    total = all_reduce_sum(torch.zeros((), device=device) + count)
-    return total / world_size
-
-
-def any_rank(flag: bool, device: torch.device) -> bool:
-    """[fsdp] True if `flag` is True on any rank: all ranks then leave the loop at the
-    same update (a rank that left alone would hang the others' next collective)."""
-    return bool(all_reduce_sum(torch.tensor([float(flag)], device=device)).item())
+    return totals[0] / world_size, totals[1:]
 
 
 def shard(train_set, val_set, rank: int, world_size: int, seed: int):
@@ -606,7 +604,8 @@ def main(argv: list[str] | None = None) -> dict:
             for window in windows(loader, cfg.grad_accum_steps):  # [grad-accum]
                 # [grad-accum] losses / the whole window's size: K x b == a batch of K*b
                 denominator = sum(len(targets) for _, targets in window)
-                denominator = global_denominator(denominator, device)  # [fsdp]
+                # [fsdp] one all-reduce per update: the count over all ranks
+                denominator, _ = over_ranks(denominator, device=device)
                 window_loss = torch.zeros((), device=device)
                 for i, (inputs, targets) in enumerate(window):
                     inputs = inputs.to(device, non_blocking=True)

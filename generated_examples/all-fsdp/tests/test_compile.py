@@ -21,7 +21,8 @@ def test_compiled_run_saves_plain_module_keys(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "compile", compile_with_eager_backend)
     run_main(tmp_path, "--compile", "--max-steps", 1)  # one update: a single trace
     assert compiled, "--compile did not call torch.compile"
-    for path in sorted(tmp_path.glob("*.pt")):
+    # [fsdp] [resume] last.pt names the sharded folder that holds the model: not here
+    for path in sorted(set(tmp_path.glob("*.pt")) - {tmp_path / "last.pt"}):
         checkpoint = load(tmp_path, path.name)
         wrapped = [key for key in checkpoint["model"] if "_orig_mod." in key]
         assert not wrapped, f"{path.name} has the compiled module's keys: {wrapped[:3]}"

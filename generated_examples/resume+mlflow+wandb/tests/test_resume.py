@@ -17,6 +17,7 @@ from conftest import UpdateRecorder, assert_bitwise_equal, load, read_metrics, r
 K = 1
 UPDATES_PER_EPOCH = 64 // 8 // K  # TINY: 64 samples in batches of 8
 STOP_AT = UPDATES_PER_EPOCH + UPDATES_PER_EPOCH // 2  # the middle of epoch 2
+STOPPED_AT = STOP_AT  # the update during which the signal arrived
 ARGS = ["--epochs", 3, "--checkpoint-every", 1000]
 
 
@@ -44,7 +45,7 @@ def runs(tmp_path_factory):
 def test_sigterm_saves_mid_epoch_and_exits_75(runs):
     _, exit_code, stopped_state = runs
     assert exit_code == 75
-    assert stopped_state["step"] == STOP_AT
+    assert stopped_state["step"] == STOPPED_AT
     batches = stopped_state["batches_done"]
     assert 0 < batches < UPDATES_PER_EPOCH * K, f"stopped after batch {batches}"
 

@@ -1,0 +1,182 @@
+"""Shared helpers for this project's tests, which run YOUR train.py, model.py
+and data.py.
+
+Each test calls `train.main([...])` in this process with tiny settings and checks one
+guarantee of the features this project was generated with; README.md ("What the tests
+guarantee") lists them. An edit that breaks a guarantee fails its test at once. Run them
+from the project folder: `pytest`, or `pytest -x -q -k NAME` for one.
+
+[fsdp] test_fsdp.py also starts `torchrun`.
+"""
+
+from __future__ import annotations
+
+import csv
+import signal  # [resume]
+import tempfile  # [pretrained]
+from pathlib import Path
+
+import pytest  # [resume]
+import torch
+from torch.optim.optimizer import (
+    register_optimizer_step_pre_hook,
+)  # [amp] [grad-accum] [resume] [fsdp]
+
+import data  # [pretrained]
+import train
+
+# [fsdp] where test_fsdp.py starts torchrun
+PROJECT = Path(__file__).resolve().parent.parent
+
+# Tiny built-in data on the CPU: each run takes a second or two. A later flag overrides
+# an earlier one, so a test adds its own settings after these.
+TINY = ["--device", "cpu", "--batch-size", "8", "--log-every", "1"]
+TINY += ["--synthetic-train-size", "64", "--synthetic-val-size", "16"]
+# [pretrained] a tiny model built here stands in for a download (tests run offline)
+PRETRAINED = Path(tempfile.mkdtemp(prefix="tiny-pretrained-"))
+TINY += ["--model", str(PRETRAINED), "--lr", "1e-3"]
+
+# Tiny models on tiny batches run as fast on one thread, and a busy machine slows them
+# less.
+torch.set_num_threads(1)
+
+
+def save_tiny_pretrained(folder: Path) -> None:
+    """[pretrained] A 2-layer BERT (width 32) with random weights and a WordPiece
+    tokenizer trained on the built-in data's words, saved with save_pretrained: what
+    --model reads instead of a download."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from tokenizers.trainers import WordPieceTrainer
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    corpus = [*map(" ".join, data.ENTITIES.values()), " ".join(data.FILLER)]
+    tok.train_from_iterator(
+        corpus, WordPieceTrainer(vocab_size=150, special_tokens=specials)
+    )
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+save_tiny_pretrained(PRETRAINED)  # [pretrained]
+
+
+def run_main(out_dir: Path, *args) -> dict:
+    """Your train.main() in this process: TINY settings, outputs in `out_dir`, then
+    `args`. Returns what main returns: the final validation metrics."""
+    return train.main([*TINY, "--out-dir", str(out_dir), *map(str, args)])
+
+
+def load(out_dir: Path, name: str = "final.pt") -> dict:
+    """A file written by train.py, loaded the safe way: tensors and plain data only."""
+    return torch.load(Path(out_dir) / name, map_location="cpu", weights_only=True)
+
+
+def read_metrics(out_dir: Path) -> tuple[list[dict], list[dict]]:
+    """metrics.csv as (training rows, validation rows): numbers as floats, no empty
+    cells."""
+    with open(Path(out_dir) / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    rows = [{k: float(v) for k, v in row.items() if v != ""} for row in rows]
+    return [r for r in rows if "train_loss" in r], [r for r in rows if "val_loss" in r]
+
+
+def assert_bitwise_equal(a: dict, b: dict) -> None:
+    """Two state dicts hold the same tensors, bit for bit."""
+    assert a.keys() == b.keys()
+    different = [name for name in a if not torch.equal(a[name], b[name])]
+    message = f"{len(different)} of {len(a)} tensors differ: {different[:3]}"
+    assert not different, message
+
+
+# [grad-accum] [fsdp] two runs that batch the same samples differently
+def relative_difference(a, b) -> float:
+    """|a - b| / |b| over two tensors, or two state dicts taken as one vector. The same
+    arithmetic in another order (a batch split in two, two processes) gives ~1e-7."""
+    if isinstance(a, dict):
+        a, b = [torch.cat([t.double().flatten() for t in x.values()]) for x in (a, b)]
+    return float((a.double() - b.double()).norm() / b.double().norm().clamp(min=1e-30))
+
+
+# [amp] [grad-accum] [resume] [fsdp] what each optimizer update applies
+class UpdateRecorder:
+    """Watches every optimizer.step() while active: the gradient the update applies (all
+    parameters as one float32 vector, after clipping and unscaling) and its learning
+    rate. `on_update(n)` is called just before the n-th update (1-based)."""
+
+    def __init__(self, on_update=None):
+        self.on_update = on_update
+        self.grads, self.lrs = [], []
+
+    def __enter__(self) -> "UpdateRecorder":
+        self.handle = register_optimizer_step_pre_hook(self.record)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.handle.remove()
+
+    def record(self, optimizer, args, kwargs) -> None:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
+        # [fsdp] each rank holds a shard of each gradient: gather the whole one (a
+        # collective: every rank's optimizer.step() calls this)
+        grads = [g.full_tensor() if hasattr(g, "full_tensor") else g for g in grads]
+        self.grads.append(torch.cat([g.detach().float().flatten() for g in grads]))
+        self.lrs.append(optimizer.param_groups[0]["lr"])
+        if self.on_update is not None:
+            self.on_update(len(self.lrs))
+
+
+# [grad-accum] [fsdp] comparable batchings
+def batch_independent(patch, augment: bool = True) -> list[str]:
+    """[pretrained] Make each sample's loss depend on that sample alone, so that two
+    ways of batching the same samples can be compared exactly. `patch` is
+    monkeypatch.setattr (or setattr); returns extra flags. Dropout draws its random
+    mask for the shape of the whole batch: every dropout layer of the transformer gets
+    p=0; layer norm works per token and padding is masked, so nothing else depends on
+    the batch."""
+    build_model = train.build_model
+
+    def build_model_without_dropout(cfg, data_info):
+        model = build_model(cfg, data_info)
+        for module in model.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0
+        return model
+
+    patch(train, "build_model", build_model_without_dropout)
+    return []
+
+
+@pytest.fixture(autouse=True)
+def restore_signal_handlers():
+    """[resume] train.main() installs SIGTERM/SIGUSR1 handlers; put pytest's back after
+    each test."""
+    saved = [(s, signal.getsignal(s)) for s in (signal.SIGTERM, signal.SIGUSR1)]
+    yield
+    for signum, handler in saved:
+        signal.signal(signum, handler)

@@ -1,0 +1,181 @@
+"""After training: evaluate.py gives the numbers training logged, predict.py agrees with
+it, plot.py draws real images, and a damaged or foreign checkpoint is refused in one
+line. One tiny training run on data written to disk (train, val and test splits) serves
+every test here."""
+
+import json
+import shutil  # [pretrained]
+from pathlib import Path
+
+import pytest
+import torch
+
+import data
+import evaluate
+import plot
+import predict
+from conftest import load, run_main
+
+SIZES = {"train": 48, "val": 16, "test": 8}
+
+
+def write_data(root: Path) -> Path:
+    """CoNLL files train.txt, val.txt and test.txt drawn from the built-in sentences."""
+    root.mkdir(parents=True)
+    for split, size in SIZES.items():
+        sentences = data.synthetic_sentences(size, data.SYNTHETIC_SEEDS[split])
+        lines = []
+        for words, tags, _ in sentences:
+            lines += [f"{word} {tag}" for word, tag in zip(words, tags)] + [""]
+        (root / f"{split}.txt").write_text("\n".join(lines))
+    return root
+
+
+def inputs_of(data_dir: Path, split: str) -> list[str]:
+    """The sentences of a split as a text file, one per line, for predict.py."""
+    sentences = data.read_conll(data_dir / f"{split}.txt")
+    path = data_dir / f"{split}-sentences.txt"
+    path.write_text("".join(" ".join(words) + "\n" for words, _, _ in sentences))
+    return [str(path)]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> tuple[Path, Path]:
+    """(data dir, run dir) of one tiny training run of two epochs."""
+    root = tmp_path_factory.mktemp("after-training")
+    data_dir = write_data(root / "data")
+    run_main(root / "run", "--data-dir", data_dir, "--epochs", 2)
+    return data_dir, root / "run"
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def test_evaluate_on_val_gives_exactly_the_numbers_training_logged(run):
+    _, run_dir = run
+    logged = load(run_dir, "best.pt")["metrics"]  # what validation logged for best.pt
+    results = evaluate.main([str(run_dir / "best.pt")])
+    assert results["loss"] == logged["val_loss"]
+    assert results["token_accuracy"] == logged["val_acc"]
+    assert results["entity_f1"] == logged["val_f1"]
+    assert json.loads((run_dir / "eval-val.json").read_text()) == results
+
+
+def test_entity_numbers_add_up_over_the_written_predictions(run):
+    _, run_dir = run
+    results = evaluate.main([str(run_dir / "best.pt")])
+    rows = read_jsonl(run_dir / "eval-val-predictions.jsonl")
+    assert len(rows) == SIZES["val"]
+    gold = [span for row in rows for span in data.entity_spans(row["targets"])]
+    for kind, scores in results["per_type"].items():
+        assert scores["support"] == sum(1 for span in gold if span[0] == kind)
+    tokens = sum(len(row["targets"]) for row in rows)
+    correct = sum(t == p for row in rows for t, p in zip(row["targets"], row["labels"]))
+    assert results["token_accuracy"] == correct / tokens
+
+
+def test_test_split_is_evaluated_with_a_confusion_matrix(run):
+    _, run_dir = run
+    results = evaluate.main([str(run_dir / "best.pt"), "--split", "test"])
+    assert results["split"] == "test"
+    assert results["sentences"] == SIZES["test"]
+    assert_png(run_dir / "eval-test-confusion.png")
+
+
+def test_the_exported_model_folder_evaluates_as_final_pt(run, tmp_path):
+    """[pretrained] <out-dir>/model/, loaded with the library alone, gives the numbers
+    of final.pt (the same weights)."""
+    _, run_dir = run
+    checkpoint = evaluate.main(
+        [str(run_dir / "final.pt"), "--out-dir", str(tmp_path / "a")]
+    )
+    folder = evaluate.main([str(run_dir / "model"), "--out-dir", str(tmp_path / "b")])
+    assert folder["loss"] == pytest.approx(checkpoint["loss"], rel=1e-6)
+    for name in ("token_accuracy", "macro_f1"):
+        assert folder[name] == checkpoint[name], name
+
+
+def test_a_folder_without_its_run_is_refused_in_one_line(run, tmp_path):
+    """[pretrained] A model folder away from its run's config.json: one line."""
+    _, run_dir = run
+    alone = tmp_path / "alone"
+    shutil.copytree(run_dir / "model", alone / "model")
+    with pytest.raises(SystemExit) as stopped:
+        evaluate.main([str(alone / "model")])
+    assert str(stopped.value).startswith(f"error: {alone / 'model'}: no readable")
+
+
+def test_predict_agrees_with_evaluate(run, tmp_path):
+    data_dir, run_dir = run
+    evaluate.main([str(run_dir / "best.pt")])
+    expected = read_jsonl(run_dir / "eval-val-predictions.jsonl")
+    output = tmp_path / "preds.jsonl"
+    args = [str(run_dir / "best.pt"), *inputs_of(data_dir, "val"), "--output", output]
+    assert predict.main([str(a) for a in args]) == 0
+    rows = read_jsonl(output)
+    assert len(rows) == len(expected)
+    for row, want in zip(rows, expected):
+        assert row["labels"] == want["labels"]
+        got = row["probabilities"]
+        wanted = want["probabilities"][: len(got)]
+        assert max(abs(a - b) for a, b in zip(got, wanted)) <= 1e-6, row["input"]
+
+
+def test_predict_reports_a_bad_input_by_name_and_predicts_the_rest(
+    run, tmp_path, capsys
+):
+    data_dir, run_dir = run
+    lines = Path(inputs_of(data_dir, "val")[0]).read_text().splitlines()[:2]
+    path = tmp_path / "inputs.txt"
+    path.write_text(f"{lines[0]}\n\n{lines[1]}\n")  # line 2 is empty
+    inputs = [path]
+    bad_name = f"{path}:2"
+    output = tmp_path / "preds.csv"
+    code = predict.main(
+        [str(run_dir / "best.pt"), *map(str, inputs), "--output", str(output)]
+    )
+    assert code == 1
+    errors = capsys.readouterr().err
+    assert bad_name in errors and "skipped" in errors, errors
+    assert (
+        len(output.read_text().splitlines()) == 1 + 2
+    )  # header and the two good inputs
+
+
+def assert_png(path: Path) -> None:
+    """A real PNG of non-trivial size."""
+    from matplotlib.image import imread
+
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    height, width = imread(path).shape[:2]
+    assert height >= 200 and width >= 200, (path, height, width)
+
+
+def test_training_draws_its_curves_and_plot_overlays_runs(run, tmp_path):
+    _, run_dir = run
+    assert_png(run_dir / "curves.png")
+    plot.main([str(run_dir), str(run_dir), "--out", str(tmp_path / "both.png")])
+    assert_png(tmp_path / "both.png")
+    with pytest.raises(SystemExit) as stopped:
+        plot.main([str(tmp_path)])  # no metrics.csv here
+    message = str(stopped.value.code)
+    assert message.startswith("error: ") and "metrics.csv" in message
+    assert "\n" not in message
+
+
+def test_damaged_or_foreign_checkpoint_is_refused_in_one_line(run, tmp_path):
+    _, run_dir = run
+    damaged = tmp_path / "damaged.pt"
+    damaged.write_bytes((run_dir / "best.pt").read_bytes()[:1000])
+    foreign = tmp_path / "foreign.pt"
+    other_task = {"classes": ["a", "b"], "vocab": ["<pad>", "<unk>"]}
+    torch.save({"model": {}, "config": {}, "data": other_task}, foreign)
+    for checkpoint in (damaged, foreign, tmp_path / "missing.pt"):
+        for script in (evaluate, predict):
+            with pytest.raises(SystemExit) as stopped:
+                script.main([str(checkpoint), *(["-"] if script is predict else [])])
+            message = str(stopped.value.code)
+            assert message.startswith(f"error: {checkpoint}"), message
+            assert "\n" not in message
+    assert not list(tmp_path.glob("eval-*")), "a refused checkpoint wrote results"
