@@ -33,9 +33,11 @@ PROJECT_FEATURES = {
 
 
 def all_but_ddp() -> list[str]:
-    from scaffold.catalogue import FEATURES
+    """The `all` example's features (every from-scratch feature of the training loop: no
+    trackers or sweeps, which write outside --out-dir) without ddp."""
+    from scaffold.examples import ALL
 
-    return [name for name in FEATURES if name not in ("ddp", "pretrained")]
+    return [name for name in ALL if name != "ddp"]
 
 
 def project_features(name: str) -> list[str]:
