@@ -240,12 +240,12 @@ MUTATIONS = {
     ),
     # ddp: the loss is compensated for DDP's averaging over ranks
     "ddp-no-world-size-compensation": Mutation(
-        "all", "train.py", edit_statement("return total / world_size", "/ world_size", ""),
+        "all", "train.py", edit_statement("return totals[0] / world_size", "/ world_size", ""),
         "test_ddp.py::test_two_ranks_make_the_updates_of_one_process_with_twice_the_batch",
     ),
     # fsdp: the loss is compensated for FSDP's averaging of the gradient shards over ranks
     "fsdp-no-world-size-compensation": Mutation(
-        "fsdp", "train.py", edit_statement("return total / world_size", "/ world_size", ""),
+        "fsdp", "train.py", edit_statement("return totals[0] / world_size", "/ world_size", ""),
         "test_fsdp.py::test_two_ranks_make_the_updates_of_one_process_with_twice_the_batch",
     ),
     # callbacks: on_train_end always runs, last
