@@ -13,9 +13,10 @@ their outputs:
 
 Why the text tasks and not the image CNN: the image model has BatchNorm, whose training-mode
 statistics are per rank (b samples) under DDP but over 2b samples in one process, so "2 ranks ==
-1 process" is not even true in theory there. The text models (embedding + transformer encoder: --encoder transformer,
-masked pooling, --dropout 0) have no batch statistics and no randomness in the forward pass, so
-the two runs compute the same sums, only in a different floating-point order.
+1 process" is not even true in theory there. The text models (embedding + transformer encoder
+with --encoder transformer, masked pooling, --dropout 0) have no batch statistics and no
+randomness in the forward pass, so the two runs compute the same sums, only in a different
+floating-point order.
 
 Observation hook: tests append HOOK (below) to a generated copy's data.py (the user-owned file
 train.py imports first). It changes no number: it wraps the training set to record which indices
