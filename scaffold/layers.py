@@ -12,7 +12,10 @@ A layer is a directory (or a git repository at a ref, cloned into scaffold's cac
 
 Nothing of a layer runs at render time: its templates are rendered by a sandboxed Jinja
 environment with StrictUndefined, and syntax that could reach Python internals (attributes
-starting with `_`, include/import/extends) is refused before rendering. A block is tagged
+starting with `_`, include/import/extends) is refused before rendering. What a template builds is
+bounded (MAX_CHARS per value and per rendered file). A layer is read only through regular files
+inside its root: a link is followed only when it resolves to a regular file inside the layer
+(checked on the directory, and on a git layer's tree before it is extracted). A block is tagged
 `# [LAYER:FEATURE]`, like scaffold's own feature blocks (scaffold/tags.py).
 
 A project records each layer as a pin: the source as given, its name and version, and its
@@ -25,6 +28,7 @@ import functools
 import hashlib
 import io
 import os
+import posixpath
 import re
 import subprocess
 import tarfile
@@ -194,7 +198,11 @@ def _checkout(url: str, repo: Path, commit: str) -> Path:
         ) from None
     tmp = repo.parent / f".{commit}.{os.getpid()}"
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(tmp, filter="data")
+        _check_members(f"{url}#{commit[:12]}", tar.getmembers())
+        try:
+            tar.extractall(tmp, filter="data")
+        except tarfile.FilterError as exc:  # _check_members refuses these first; never silent
+            raise ScaffoldError(f"layer {url}: {exc}: remove it from the layer") from None
     try:
         os.replace(tmp, dest)
     except OSError:  # another process got there first
@@ -222,6 +230,58 @@ def _git_layer_root(source: str, commit: str | None) -> tuple[Path, str]:
     return _checkout(url, repo, commit), commit
 
 
+def _outside(rel: str, target: str, source: str) -> ScaffoldError:
+    return ScaffoldError(
+        f"layer {source}: {rel} is a link to {target}, which is not a file inside the layer: "
+        "a layer may only link to its own files (copy the file into the layer)"
+    )
+
+
+def _not_regular(rel: str, source: str) -> ScaffoldError:
+    return ScaffoldError(f"layer {source}: {rel} is not a regular file: remove it from the layer")
+
+
+def _check_members(source: str, members: list[tarfile.TarInfo]) -> None:
+    """A git layer's tree: every link must name a file of the same tree (no absolute target,
+    no `..` out of the root); anything but files, folders and such links is refused."""
+    by_name = {m.name: m for m in members}
+    files = {m.name for m in members if m.isfile()}
+    for member in members:
+        if member.issym():
+            if _resolve_member(member.name, by_name) not in files:
+                raise _outside(member.name, member.linkname, source)
+        elif not (member.isfile() or member.isdir()):
+            raise _not_regular(member.name, source)
+
+
+def _resolve_member(name: str, members: dict[str, tarfile.TarInfo], depth: int = 0) -> str | None:
+    """`name` after following links inside the tree (None: it leaves the tree or loops)."""
+    if name.startswith("../") or name == ".." or depth > 40:
+        return None
+    member = members.get(name)
+    if member is None or not member.issym():
+        return name
+    target = posixpath.normpath(posixpath.join(posixpath.dirname(name), member.linkname))
+    return None if member.linkname.startswith("/") else _resolve_member(target, members, depth + 1)
+
+
+def check_tree(source: str, root: Path) -> None:
+    """Refuse a layer directory holding a link to anything but a regular file inside it (a file
+    outside, a folder, nothing), or a special file (a fifo would block the read)."""
+    base = root.resolve()
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != ".git"]
+        for name in (*dirs, *files):
+            path = Path(folder, name)
+            rel = path.relative_to(root).as_posix()
+            if path.is_symlink():
+                resolved = path.resolve()
+                if not (resolved.is_relative_to(base) and resolved.is_file()):
+                    raise _outside(rel, os.readlink(path), source)
+            elif not (path.is_dir() or path.is_file()):
+                raise _not_regular(rel, source)
+
+
 def content_hash(root: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
@@ -239,10 +299,12 @@ def load(source: str, identity: str | None = None) -> Layer:
     """The layer at `source` (a git layer at commit `identity` if given, else its ref's head)."""
     if is_git(source):
         root, identity = _git_layer_root(source, identity or None)
+        check_tree(source, root)
         return _load(source, root, identity)
     root = Path(normalise(source))  # a relative source (scaffold's own examples) stays relative
     if not root.is_dir():
         raise ScaffoldError(f"layer {source} is not a directory: give a layer directory or URL#REF")
+    check_tree(source, root)  # before anything of it is read, the hash included
     return _load(source, root, content_hash(root))
 
 
@@ -338,17 +400,132 @@ def _supports(spec: str) -> bool:
 _UNSAFE_NODES = ("Include", "Import", "FromImport", "Extends", "Macro", "CallBlock")
 
 
-def _environment():
-    from jinja2 import StrictUndefined
+# what one layer template may build: any value, and the whole rendered file (characters)
+MAX_CHARS = 1_000_000
+# a width or precision of a million or more: "%3000000000s", "%.3000000000f", "{:>3000000000}"
+_WIDTH = re.compile(r"%[-+ #0]*(?:\d*\.)?(\d{7,})|\{[^{}]*:[^{}]*?(\d{7,})")
+
+
+class TooLarge(Exception):
+    """A layer template tried to build more than MAX_CHARS."""
+
+
+def _size(value) -> int:
+    return len(value) if isinstance(value, (str, bytes, list, tuple, dict)) else 0
+
+
+def _bounded(size: int, what: str) -> None:
+    if size > MAX_CHARS:
+        raise TooLarge(f"{what} of {size:,} characters")
+
+
+def _width(text, what: str) -> None:  # "%3000000000s" or "{:>3000000000}"
+    match = _WIDTH.search(text) if isinstance(text, str) else None
+    if match:
+        _bounded(int(match.group(1) or match.group(2)), what)
+
+
+# filters and str methods whose integer arguments are widths or counts of what they build
+_SIZED = {"center", "indent", "wordwrap", "truncate", "batch", "slice"}  # filters
+_SIZED |= {"ljust", "rjust", "zfill", "expandtabs"}  # str methods
+
+
+def _check_sized(name: str, args, kwargs) -> None:
+    if name in _SIZED:
+        for value in (*args[1:], *kwargs.values()):
+            if isinstance(value, int) and abs(value) > MAX_CHARS:
+                _bounded(abs(value), name)
+
+
+def _check_replace(text, old, new, what: str) -> None:
+    if isinstance(text, str):
+        _bounded(len(text) + text.count(str(old)) * len(str(new)), what)
+
+
+def _bounded_filter(name: str, func):
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        values = args[1:] if hasattr(func, "jinja_pass_arg") else args  # a context first
+        _check_sized(name, values, kwargs)
+        if name == "format" and values:
+            _width(values[0], "filter format")
+        if name == "replace" and len(values) >= 3:
+            _check_replace(values[0], values[1], values[2], "filter replace")
+        result = func(*args, **kwargs)
+        _bounded(_size(result), f"filter {name}")
+        return result
+
+    return wrapper
+
+
+@functools.cache
+def _environment_class():
+    from jinja2.compiler import CodeGenerator
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    return ImmutableSandboxedEnvironment(
+    class Generator(CodeGenerator):
+        def visit_Concat(self, node, frame):  # `a ~ b`: through the size check below
+            self.write("environment.bounded_concat((")
+            for arg in node.nodes:
+                self.visit(arg, frame)
+                self.write(", ")
+            self.write("))")
+
+    class Bounded(ImmutableSandboxedEnvironment):
+        """The sandbox, with repetition, concatenation, powers, widths and filters bounded."""
+
+        code_generator_class = Generator
+        intercepted_binops = frozenset({"*", "**", "+", "%"})
+
+        def call_binop(self, context, operator, left, right):
+            if operator == "*":
+                for seq, times in ((left, right), (right, left)):
+                    if _size(seq) and isinstance(times, int):
+                        _bounded(_size(seq) * times, "a repetition")
+            elif operator == "**" and isinstance(right, int) and abs(right) > 1000:
+                raise TooLarge(f"a power with exponent {right:,}")
+            elif operator == "+":
+                _bounded(_size(left) + _size(right), "a concatenation")
+            elif operator == "%":
+                _width(left, "a format width")
+            return super().call_binop(context, operator, left, right)
+
+        def call(self, context, obj, *args, **kwargs):
+            name = getattr(obj, "__name__", "")
+            if isinstance(getattr(obj, "__self__", None), str):
+                _check_sized(name, ("", *args), kwargs)
+                if name == "replace" and len(args) >= 2:
+                    _check_replace(obj.__self__, args[0], args[1], "str.replace")
+            result = super().call(context, obj, *args, **kwargs)
+            _bounded(_size(result), f"a call of {name or 'a function'}")
+            return result
+
+        def wrap_str_format(self, value):  # "...".format / .format_map, seen at attribute access
+            _width(getattr(value, "__self__", None), "a format width")
+            return super().wrap_str_format(value)
+
+        @staticmethod
+        def bounded_concat(parts):
+            text = "".join(map(str, parts))
+            _bounded(len(text), "concatenation")
+            return text
+
+    return Bounded
+
+
+def _environment():
+    from jinja2 import StrictUndefined
+
+    env = _environment_class()(
         undefined=StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
         autoescape=False,
     )
+    env.filters = {name: _bounded_filter(name, f) for name, f in env.filters.items()}
+    env.globals.pop("lipsum", None)  # lipsum(n) builds n paragraphs
+    return env
 
 
 def _check_template(source: str, root: Path, path: Path) -> None:
@@ -400,12 +577,23 @@ def _render(layer: Layer, path: Path, context: dict) -> str:
 
     rel = path.relative_to(layer.root).as_posix()
     try:
-        return _environment().from_string(path.read_text(encoding="utf-8")).render(context)
+        template = _environment().from_string(path.read_text(encoding="utf-8"))
+        chunks, size = [], 0
+        for chunk in template.generate(context):  # a loop's output is bounded as it grows
+            size += len(chunk)
+            _bounded(size, "the rendered file")
+            chunks.append(chunk)
+        return "".join(chunks)
+    except TooLarge as exc:
+        raise ScaffoldError(
+            f"layer {layer.name}: {rel} builds more than a layer template may ({exc}; at most "
+            f"{MAX_CHARS:,} characters per value and per file): make it smaller"
+        ) from None
     except SecurityError as exc:
         raise ScaffoldError(
             f"layer {layer.name}: {rel} uses template syntax that could run code ({exc}): remove it"
         ) from None
-    except (TemplateError, TypeError, ValueError, ArithmeticError) as exc:
+    except (TemplateError, TypeError, ValueError, ArithmeticError, MemoryError) as exc:
         raise ScaffoldError(
             f"layer {layer.name}: {rel} fails to render ({type(exc).__name__}: {exc})"
         ) from None
@@ -550,6 +738,7 @@ def cached() -> list[str]:
         for checkout in sorted(repo.iterdir()):
             if (checkout / MANIFEST).is_file():
                 try:
+                    check_tree(url, checkout)
                     layer = _load(url, checkout, checkout.name)
                     lines.append(f"{layer.name} {layer.version}  {url} @ {checkout.name[:12]}")
                 except ScaffoldError as exc:

@@ -8,7 +8,10 @@ tests/runner.py, in one process for all tasks.
 from __future__ import annotations
 
 import ast
+import contextlib
 import csv
+import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -316,3 +319,127 @@ def test_an_always_on_feature_is_in_every_project_and_cannot_be_removed(tmp_path
     assert (project / "experiment_log.py").is_file()
     with pytest.raises(ScaffoldError, match="'jsonl-log' is always on in layer 'acme'"):
         change_feature(project, "jsonl-log", add=False, echo=lambda *_: None)
+
+
+# --- hostile layers (issue 32): a layer is code from somewhere else ------------------------------
+#
+# Each case is what a hostile layer author would try; each must be one `error: layer ...` line,
+# exit 2, nothing written, and no secret's text anywhere in the output.
+
+SECRET = "aws_secret_access_key = TOPSECRET-do-not-copy"
+
+
+@pytest.fixture
+def secret(tmp_path) -> Path:
+    path = tmp_path / "home" / ".aws" / "credentials"
+    path.parent.mkdir(parents=True)
+    path.write_text(SECRET + "\n")
+    return path
+
+
+def test_a_link_out_of_a_directory_layer_is_refused_before_anything_is_read(tmp_path, acme, secret):
+    feature = acme / "features" / "jsonl-log"
+    block = feature / "blocks" / "train.py" / "after_update.jinja"
+    cases = [  # (the link, its target as written)
+        (acme / "files" / "notes.txt", str(secret)),
+        (feature / "files" / "notes.txt", os.path.relpath(secret, feature / "files")),
+        (block, str(secret)),  # a block template that is a link: its target would be rendered
+        (acme / "files" / "gone.txt", str(tmp_path / "nothing-here")),
+        (acme / "files" / "ci", str(acme / "features")),  # a folder, even inside the layer
+    ]
+    original = block.read_text()
+    for link, target in cases:
+        if link.exists():
+            link.unlink()
+        link.symlink_to(target)
+        line = _refused(tmp_path, "--layer", str(acme), "-f", "jsonl-log")
+        rel = link.relative_to(acme).as_posix()
+        assert f"{rel} is a link to {target}, which is not a file inside the layer" in line, line
+        assert "TOPSECRET" not in line
+        link.unlink()
+    block.write_text(original)
+    os.mkfifo(acme / "files" / "pipe")  # reading it would block scaffold forever
+    assert "files/pipe is not a regular file" in _refused(tmp_path, "--layer", str(acme))
+    (acme / "files" / "pipe").unlink()
+    # a link to one of the layer's own files is followed
+    (acme / "files" / "NOTICE").symlink_to("../layer.toml")
+    result = CliRunner().invoke(app, ["new", str(tmp_path / "ok"), "--defaults", "-l", str(acme)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "ok" / "NOTICE").read_text() == (acme / "layer.toml").read_text()
+
+
+def test_a_link_out_of_a_git_layer_is_refused_in_one_line(tmp_path, git_layer, secret):
+    work, bare = git_layer
+    source = f"file://{bare}#main"
+    (work / "files" / "NOTICE").symlink_to("../layer.toml")  # inside: allowed
+    _git("add", "-A", cwd=work)
+    _git("commit", "-q", "-m", "a link inside", cwd=work)
+    _git("push", "-q", str(bare), "main", cwd=work)
+    result = CliRunner().invoke(app, ["new", str(tmp_path / "ok"), "--defaults", "-l", source])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "ok" / "NOTICE").read_text() == (work / "layer.toml").read_text()
+    for name, target in [("abs.txt", str(secret)), ("rel.txt", "../../../home/.aws/credentials")]:
+        link = work / "features" / "jsonl-log" / "files" / name
+        link.symlink_to(target)
+        _git("add", "-A", cwd=work)
+        _git("commit", "-q", "-m", f"a link out: {name}", cwd=work)
+        _git("push", "-q", str(bare), "main", cwd=work)
+        line = _refused(tmp_path, "--layer", source, "-f", "jsonl-log")
+        assert "internal error" not in line
+        rel = f"features/jsonl-log/files/{name}"
+        assert f"{rel} is a link to {target}, which is not a file inside the layer" in line, line
+        link.unlink()
+    # nothing of the refused commits was extracted into the cache
+    extracted = [p for p in (tmp_path / "cache").rglob("*") if p.name in ("abs.txt", "rel.txt")]
+    assert extracted == []
+
+
+@contextlib.contextmanager
+def _memory_cap(extra: int = 1 << 30):
+    """This process may allocate `extra` more bytes of address space (a template that builds
+    gigabytes fails with MemoryError instead of swapping the machine)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/status") as status:
+        vm = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+    resource.setrlimit(resource.RLIMIT_AS, (vm + extra, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def test_what_a_layer_template_builds_is_bounded(tmp_path, acme):
+    block = acme / BLOCK / "after_update.jinja"
+    good = block.read_text()
+    a_big = '{% set big = "x" * 900000 %}'
+    cases = [
+        '{{ "x" * 3000000000 }}',
+        "{{ [0] * 3000000000 }}",
+        "{{ 3000000000 * [0] }}",
+        "{% for i in range(100000) %}{% for j in range(100000) %}xxxxxxxxxx{% endfor %}{% endfor %}",
+        a_big + "{{ big ~ big }}",
+        a_big + "{{ big + big }}",
+        '{{ "x" | center(3000000000) }}',
+        '{{ "x" | indent(3000000000, true) }}',
+        '{{ "x".ljust(3000000000) }}',
+        '{{ "%3000000000s" | format(1) }}',
+        '{{ "%3000000000s" % 1 }}',
+        '{{ "{:>3000000000}".format(1) }}',
+        "{{ 10 ** 3000000000 }}",
+        '{% set k = "x" * 2000 %}{{ k | replace("x", k) }}',
+        '{% set k = "x" * 2000 %}{{ k.replace("x", k) }}',
+    ]
+    with _memory_cap():
+        for text in cases:
+            block.write_text(text + "\n")
+            line = _refused(tmp_path, "--layer", str(acme), "-f", "jsonl-log")
+            expected = "features/jsonl-log/blocks/train.py/after_update.jinja builds more than"
+            assert expected in line, (text, line)
+            assert "MemoryError" not in line
+    # what stays under the bound renders as before, `~` included
+    block.write_text(good + '{{ "# " ~ task ~ " " ~ ("=" * 3) }}\n')
+    result = CliRunner().invoke(
+        app, ["new", str(tmp_path / "ok"), "--defaults", "-l", str(acme), "-f", "jsonl-log"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "# image-classification ===" in (tmp_path / "ok" / "train.py").read_text()
