@@ -706,11 +706,35 @@ def config_file() -> Path:
     return Path(base) / "scaffold" / "config.toml"
 
 
+# where $SCAFFOLD_LAYER's ":" is a URL's own: after a scheme ("https" + "//host/..."), after a
+# host before its port ("ssh://host" + "22/..."), after an scp-like "user@host" + "team/x.git"
+_URL_COLON = (
+    (re.compile(r"[A-Za-z][A-Za-z0-9+.-]*"), re.compile(r"//")),
+    (re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/]+"), re.compile(r"\d+(/|$)")),
+    (re.compile(r"[^/@\s]+@[^/:\s]+"), re.compile(r"[^/]")),
+)
+
+
+def split_sources(value: str) -> list[str]:
+    """$SCAFFOLD_LAYER's layers, separated by `:` as in PATH (`;` on Windows), where a URL's own
+    colons (`https://host/x.git#v1`, `git@host:team/x.git#v1`) do not separate."""
+    parts, sources = value.split(os.pathsep), []
+    while parts:
+        part = parts.pop(0)
+        while parts and any(
+            head.fullmatch(part) and tail.match(parts[0]) for head, tail in _URL_COLON
+        ):
+            part += ":" + parts.pop(0)
+        if part.strip():
+            sources.append(part.strip())
+    return sources
+
+
 def default_sources() -> list[str]:
     """The team default: $SCAFFOLD_LAYER, else `layers = [...]` in the user config file."""
     env = os.environ.get(ENV_VAR)
     if env is not None:
-        return [s for s in env.split(os.pathsep) if s.strip()]
+        return split_sources(env)
     path = config_file()
     if not path.is_file():
         return []

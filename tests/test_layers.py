@@ -266,6 +266,28 @@ def test_a_git_layer_is_cached_and_pinned_by_commit(tmp_path, git_layer):
     assert "# [acme:jsonl-log] changed" not in train and "[amp]" in train
 
 
+def test_a_url_in_the_team_default_variable(tmp_path, monkeypatch, git_layer, acme):
+    """$SCAFFOLD_LAYER is split on ':' as PATH is, but never inside a URL (issue 33)."""
+    _, bare = git_layer
+    url = f"file://{bare}#main"
+    monkeypatch.setenv(layers.ENV_VAR, url)
+    listed = CliRunner().invoke(app, ["layers"])
+    assert listed.exit_code == 0, listed.output
+    assert f"default: {url} (from ${layers.ENV_VAR})" in listed.output
+    result = CliRunner().invoke(app, ["new", str(tmp_path / "p"), "--defaults"])
+    assert result.exit_code == 0, result.output
+    assert url in (tmp_path / "p" / ".scaffold" / "record.json").read_text()
+    assert layers.split_sources(f"{acme}:https://git.acme.com/ml/acme-layer.git#v1:./x") == [
+        str(acme),
+        "https://git.acme.com/ml/acme-layer.git#v1",
+        "./x",
+    ]
+    assert layers.split_sources("git@github.com:acme/layer.git#v1::ssh://git@h:22/l.git#v2") == [
+        "git@github.com:acme/layer.git#v1",
+        "ssh://git@h:22/l.git#v2",
+    ]
+
+
 def test_upgrade_pulls_a_new_layer_version_into_an_edited_project(tmp_path, git_layer):
     """A new layer commit (a changed line in its block, a new file, a new version) reaches an
     edited project through `scaffold upgrade`'s three-way merge: edits kept, change applied."""
