@@ -7,6 +7,7 @@ modules (copier, black, jinja2, questionary) are imported only where they are us
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -169,6 +170,8 @@ def new(
     interactive = _on_terminal() and not defaults
     try:
         resolved = Path(path).resolve()
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            os.stat(Path(path).parent)  # a loop: Python 3.13's resolve() no longer raises
     except (OSError, RuntimeError) as exc:  # a symlink loop
         raise UsageError(f"cannot use {path} ({exc}): choose another path") from None
     check_name(resolved.name)  # before a layer is fetched

@@ -33,10 +33,9 @@ import re
 import subprocess
 import tarfile
 import textwrap
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import tomllib
 
 from scaffold import __version__, cache
 from scaffold.catalogue import FEATURES, Feature

@@ -140,13 +140,8 @@ def _ruff(project: Path, rel: str, text: str, what: str) -> str | None:
 
 
 def _settings(project: Path) -> dict:
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        try:
-            import tomli as tomllib
-        except ImportError:
-            return {}
+    import tomllib
+
     try:
         with open(project / "pyproject.toml", "rb") as f:
             return tomllib.load(f).get("tool", {})

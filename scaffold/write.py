@@ -162,7 +162,8 @@ def write_files(root: Path, files: dict[str, bytes | None]) -> None:
                 if (root / rel).is_file():
                     shutil.copymode(root / rel, tmp)  # keep the user's permissions
                 _copy_mode(rel, tmp)
-                ops.append([rel, tmp.relative_to(root).as_posix()])
+                # (mkdtemp gives an absolute path from Python 3.12 on, whatever `root` is)
+                ops.append([rel, Path(os.path.relpath(tmp, root)).as_posix()])
             part = staging / "journal.part"
             part.write_text(json.dumps({"format": 1, "ops": ops}), encoding="utf-8")
         except BaseException:
