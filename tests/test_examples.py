@@ -51,7 +51,7 @@ LOCAL_MODULES = ["train", "data", "model", "callbacks", "conftest", "plot", "eva
 
 # main() keeps the whole loop visible but no setup: at most this many lines, and no
 # statement inside more than this many nested for/while/if/with/try blocks (issue 15)
-MAIN_MAX_LINES = 220
+MAIN_MAX_LINES = 225
 MAIN_MAX_NESTING = 5
 NESTING_BLOCKS = (ast.For, ast.AsyncFor, ast.While, ast.If, ast.With, ast.AsyncWith, ast.Try)
 

@@ -10,7 +10,7 @@ project (fsdp + grad-accum + resume + amp), so what runs is exactly the generate
 - the chain: the reference's twin, frozen by HOOK on rank 0 right after the shards of its step-8
   checkpoint are written and before last.pt names them (the window a crash mid-save hits), then
   kill -9 of torchrun and both workers; resumed with torchrun, it must end bitwise equal to the
-  reference; then its last.pt is resumed by one process, which must be refused.
+  reference; then its last.pt is resumed by one process with half the global batch: refused.
 
 The text model (no BatchNorm; dropout 0 where runs are compared across process counts) is
 explained in tests/test_ddp.py, whose helpers this module reuses.
@@ -226,12 +226,15 @@ def test_kill9_mid_save_then_resume_ends_bitwise_equal(runs):
 
 
 def test_resume_with_another_world_size_is_refused(runs):
-    """A last.pt written by 2 processes, resumed by `python train.py` (1 process): refused, naming
-    both counts (the data order of every rank depends on the count)."""
+    """A last.pt written by 2 processes, resumed by `python train.py` (1 process) with half the global
+    batch: refused, naming the numbers and the flag that keeps the global batch."""
     chain_facts(runs)
     refused = runs["single"].get("refused")
     assert refused is not None and refused["exit_code"] == 1, refused
-    assert "written by 2 processes, this run has 1" in refused["error"], refused["error"]
+    # another number of ranks may resume only with the same global batch (tests/test_faults.py)
+    assert "written with 2 processes x --batch-size" in refused["error"], refused["error"]
+    assert "this run has 1 process x --batch-size" in refused["error"], refused["error"]
+    assert "keep the global batch (--grad-accum-steps " in refused["error"], refused["error"]
     assert not (runs["out"]["refused"] / "last.pt").exists()
 
 
