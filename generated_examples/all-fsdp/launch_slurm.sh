@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # [fsdp] Several nodes under SLURM: one torchrun per node, which starts one process per GPU.
 #   sbatch launch_slurm.sh --epochs 10
+# To stop: `scancel JOBID`. SLURM stops, then kills, every process of the job's cgroup on
+# every node, ranks included; a `kill` of one torchrun by hand does not reach ranks in sessions
+# of their own, but on Linux each rank dies with its launcher (PR_SET_PDEATHSIG in train.py).
 # [resume] On preemption SLURM sends SIGUSR1 (see --signal) 120 s before the end; train.py then
 # saves <out-dir>/last.pt and exits with status 75, and this script requeues the job, which resumes.
 #SBATCH --job-name=example-all-fsdp

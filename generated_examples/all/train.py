@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import ctypes  # [ddp]
 import dataclasses
 import json
 import math
 import os
 import random
 import signal  # [resume]
+import socket
 import sys
 import time
 import tomllib
@@ -347,8 +349,24 @@ def setup_distributed(device_name: str) -> tuple[bool, int, int, torch.device]:
         device_name = f"cuda:{local_rank}"  # one GPU per local rank on a node
     device = select_device(device_name)
     if distributed:
+        stop_with_launcher()
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return distributed, rank, world_size, device
+
+
+def stop_with_launcher() -> None:
+    """[ddp] torchrun starts each rank in a session of its own, so a kill of torchrun
+    (or of its process group) would leave the ranks training on, parentless, into the
+    same --out-dir. On Linux the kernel kills this rank the moment its launcher dies
+    (PR_SET_PDEATHSIG), as a kill -9 of the whole job would. Elsewhere, stop a job by
+    stopping every rank (launch.sh)."""
+    if not sys.platform.startswith("linux"):
+        return
+    launcher = os.getppid()
+    pr_set_pdeathsig, sigkill = 1, 9
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, sigkill)
+    if os.getppid() != launcher:  # the launcher died before the line above
+        sys.exit("error: torchrun is gone; not starting")
 
 
 def global_rank() -> int:
@@ -413,6 +431,41 @@ def setup_precision(precision: str, device: torch.device):
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     print(f"precision: {precision}")
     return autocast, scaler
+
+
+def hold_out_dir(out_dir: Path):
+    """One training per --out-dir: lock <out-dir>/.lock for as long as the returned
+    file is open. The kernel releases the lock however the process ends (kill -9
+    included), so the lock of a training that is gone is taken over. While another
+    live training holds it, exit here, before anything is written. The lock is
+    flock(2): it holds between machines on NFSv4 and on Lustre/GPFS with locking on,
+    not on file systems that keep locks local (some FUSE mounts); on Windows nothing
+    is locked."""
+    # [ddp] rank 0 holds it for the job
+    if global_rank() != 0:
+        return None
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lock = open(out_dir / ".lock", "a+")
+    if os.name != "posix":
+        return lock
+    import fcntl  # POSIX only
+
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "a process"
+        if holder.startswith(f"pid {os.getpid()} "):
+            return lock  # held by an earlier main() of this very process
+        sys.exit(
+            f"error: another training is writing to {out_dir} ({holder}): wait for it, "
+            "stop it, or use another --out-dir"
+        )
+    lock.truncate(0)
+    lock.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    lock.flush()
+    return lock
 
 
 def save_config(cfg: Config, out_dir: Path) -> None:
@@ -658,8 +711,7 @@ def load_checkpoint(path: Path, meta: dict) -> dict:
             "pass --resume never or another --resume PATH"
         )
     # These fields change what `step` or the data order means: never resume across them.
-    fixed = ["batch_size", "seed", "arch", "image_size"]
-    fixed += ["grad_accum_steps"]  # [grad-accum]
+    fixed = ["seed", "arch", "image_size"]  # [ddp] batch size: see below
     for name in fixed:
         theirs, ours = state["config"].get(name), meta["config"][name]
         if theirs != ours:
@@ -672,15 +724,49 @@ def load_checkpoint(path: Path, meta: dict) -> dict:
             f"error: {path} was trained on other data (its classes "
             "differ): use the same --data-dir, another --out-dir, or --resume never"
         )
-    # [ddp] the data order of each rank depends on the number of ranks
-    if state.get("world_size") != meta["world_size"]:
+    # [ddp] another number of ranks may resume when the global batch is kept:
+    # update n trains on samples n x global batch to (n + 1) x global batch of the
+    # epoch's order (DistributedSampler's permutation), whatever the number of ranks
+    theirs = per_update(state["config"], state.get("world_size", 1))
+    ours = per_update(meta["config"], meta["world_size"])
+    if math.prod(theirs) != math.prod(ours):
+        keep = keep_global_batch(math.prod(theirs), meta["config"], meta["world_size"])
         sys.exit(
-            f"error: {path} was written by {state.get('world_size')} processes, "
-            f"this run has {meta['world_size']}: launch the same number (the data "
-            "order per rank depends on it) or pass --resume never"
+            f"error: {path} was written with {per_update_text(theirs)}, this run has "
+            f"{per_update_text(ours)}: keep the global batch ({keep}) or pass "
+            "--resume never"
         )
+    # the epoch's samples done over all ranks, in this run's micro-batches (per rank)
+    samples = state["batches_done"] * theirs[0] * theirs[1]
+    state["batches_done"] = samples // (ours[0] * ours[1])
 
     return state
+
+
+def per_update(config: dict, world_size: int) -> tuple[int, ...]:
+    """[ddp] [resume] The numbers whose product is the global batch, the samples one
+    optimizer update sees: the number of ranks first, then the flags."""
+    return world_size, config["batch_size"], config["grad_accum_steps"]  # [grad-accum]
+
+
+def per_update_text(numbers: tuple[int, ...]) -> str:
+    """[ddp] [resume] E.g. "2 processes x --batch-size 16 = 32 samples per update"."""
+    ranks, *flags = numbers
+    names = ["--batch-size", "--grad-accum-steps"]
+    processes = f"{ranks} process" + ("es" if ranks > 1 else "")
+    text = " x ".join([processes, *(f"{a} {n}" for a, n in zip(names, flags))])
+    return f"{text} = {math.prod(numbers)} samples per update"
+
+
+def keep_global_batch(global_batch: int, config: dict, world_size: int) -> str:
+    """[ddp] [resume] The flag that gives `global_batch` on `world_size` ranks."""
+    per_window = world_size * config["batch_size"]  # [grad-accum]
+    if global_batch % per_window == 0:  # [grad-accum]
+        return f"--grad-accum-steps {global_batch // per_window}"  # [grad-accum]
+    per_batch = world_size * config["grad_accum_steps"]  # [grad-accum]
+    if global_batch % per_batch == 0:
+        return f"--batch-size {global_batch // per_batch}"
+    return f"a number of processes that divides {global_batch}"
 
 
 def resume(path: Path, objects: dict, meta: dict) -> dict:
@@ -706,7 +792,9 @@ def resume(path: Path, objects: dict, meta: dict) -> dict:
                 "use another --out-dir or --resume never"
             )
     # last: nothing above may draw random numbers after it
-    set_rng_states(state["rng"][global_rank()])  # [ddp] each rank its own
+    # [ddp] each rank its own; a rank the checkpoint has none of takes rank 0's
+    states = state["rng"]
+    set_rng_states(states[global_rank()] if global_rank() < len(states) else states[0])
     print(
         f"resumed from {path}: step {state['step']}, epoch {state['epoch'] + 1}, "
         f"batch {state['batches_done']}"
@@ -774,6 +862,7 @@ def main(argv: list[str] | None = None) -> dict:
     torch.manual_seed(cfg.seed)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.tf32
     out_dir = Path(cfg.out_dir)
+    out_dir_lock = hold_out_dir(out_dir)  # or exit: another training is writing there
     save_config(cfg, out_dir)
     autocast, scaler = setup_precision(cfg.precision, device)  # [amp]
 
@@ -807,7 +896,7 @@ def main(argv: list[str] | None = None) -> dict:
     # [resume] a checkpoint holds the state of `objects`, the counters and `meta`
     objects = {"model": model, "optimizer": optimizer, "scheduler": scheduler}
     objects["scaler"] = scaler  # [amp]
-    meta["world_size"] = world_size  # [ddp] a resume needs the same number of ranks
+    meta["world_size"] = world_size  # [ddp] see load_checkpoint
     start_epoch, batches_done = 0, 0  # a resumed run starts mid-epoch
     resume_path = find_checkpoint(cfg.resume, out_dir)
     if resume_path is not None:
@@ -981,6 +1070,8 @@ def main(argv: list[str] | None = None) -> dict:
         plot_curves([out_dir], out_dir / "curves.png")  # [ddp] see plot.py
     final = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
     print(f"done: {step} updates; final {final}; outputs in {out_dir}")
+    if out_dir_lock:  # [ddp] rank 0's
+        out_dir_lock.close()  # [ddp] the folder is free for the next training
     return metrics
 
 

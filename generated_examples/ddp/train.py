@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import argparse
 import csv
+import ctypes  # [ddp]
 import dataclasses
 import json
 import math
 import os
 import random
+import socket
 import sys
 import time
 import tomllib
@@ -290,8 +292,24 @@ def setup_distributed(device_name: str) -> tuple[bool, int, int, torch.device]:
         device_name = f"cuda:{local_rank}"  # one GPU per local rank on a node
     device = select_device(device_name)
     if distributed:
+        stop_with_launcher()
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return distributed, rank, world_size, device
+
+
+def stop_with_launcher() -> None:
+    """[ddp] torchrun starts each rank in a session of its own, so a kill of torchrun
+    (or of its process group) would leave the ranks training on, parentless, into the
+    same --out-dir. On Linux the kernel kills this rank the moment its launcher dies
+    (PR_SET_PDEATHSIG), as a kill -9 of the whole job would. Elsewhere, stop a job by
+    stopping every rank (launch.sh)."""
+    if not sys.platform.startswith("linux"):
+        return
+    launcher = os.getppid()
+    pr_set_pdeathsig, sigkill = 1, 9
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, sigkill)
+    if os.getppid() != launcher:  # the launcher died before the line above
+        sys.exit("error: torchrun is gone; not starting")
 
 
 def global_rank() -> int:
@@ -338,6 +356,41 @@ def shard(train_set, val_set, rank: int, world_size: int, seed: int):
         train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=seed
     )
     return sampler, Subset(val_set, range(rank, len(val_set), world_size))
+
+
+def hold_out_dir(out_dir: Path):
+    """One training per --out-dir: lock <out-dir>/.lock for as long as the returned
+    file is open. The kernel releases the lock however the process ends (kill -9
+    included), so the lock of a training that is gone is taken over. While another
+    live training holds it, exit here, before anything is written. The lock is
+    flock(2): it holds between machines on NFSv4 and on Lustre/GPFS with locking on,
+    not on file systems that keep locks local (some FUSE mounts); on Windows nothing
+    is locked."""
+    # [ddp] rank 0 holds it for the job
+    if global_rank() != 0:
+        return None
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lock = open(out_dir / ".lock", "a+")
+    if os.name != "posix":
+        return lock
+    import fcntl  # POSIX only
+
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "a process"
+        if holder.startswith(f"pid {os.getpid()} "):
+            return lock  # held by an earlier main() of this very process
+        sys.exit(
+            f"error: another training is writing to {out_dir} ({holder}): wait for it, "
+            "stop it, or use another --out-dir"
+        )
+    lock.truncate(0)
+    lock.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    lock.flush()
+    return lock
 
 
 def save_config(cfg: Config, out_dir: Path) -> None:
@@ -485,6 +538,7 @@ def main(argv: list[str] | None = None) -> dict:
     torch.manual_seed(cfg.seed)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.tf32
     out_dir = Path(cfg.out_dir)
+    out_dir_lock = hold_out_dir(out_dir)  # or exit: another training is writing there
     save_config(cfg, out_dir)
 
     # --- data ---
@@ -588,6 +642,8 @@ def main(argv: list[str] | None = None) -> dict:
         plot_curves([out_dir], out_dir / "curves.png")  # [ddp] see plot.py
     final = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
     print(f"done: {step} updates; final {final}; outputs in {out_dir}")
+    if out_dir_lock:  # [ddp] rank 0's
+        out_dir_lock.close()  # [ddp] the folder is free for the next training
     return metrics
 
 

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import argparse
 import csv
+import ctypes  # [fsdp]
 import dataclasses
 import json
 import math
 import os
 import random
+import socket
 import sys
 import time
 import tomllib
@@ -301,8 +303,24 @@ def setup_distributed(device_name: str) -> tuple[bool, int, int, torch.device]:
         device_name = f"cuda:{local_rank}"  # one GPU per local rank on a node
     device = select_device(device_name)
     if distributed:
+        stop_with_launcher()
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return distributed, rank, world_size, device
+
+
+def stop_with_launcher() -> None:
+    """[fsdp] torchrun starts each rank in a session of its own, so a kill of torchrun
+    (or of its process group) would leave the ranks training on, parentless, into the
+    same --out-dir. On Linux the kernel kills this rank the moment its launcher dies
+    (PR_SET_PDEATHSIG), as a kill -9 of the whole job would. Elsewhere, stop a job by
+    stopping every rank (launch.sh)."""
+    if not sys.platform.startswith("linux"):
+        return
+    launcher = os.getppid()
+    pr_set_pdeathsig, sigkill = 1, 9
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, sigkill)
+    if os.getppid() != launcher:  # the launcher died before the line above
+        sys.exit("error: torchrun is gone; not starting")
 
 
 def global_rank() -> int:
@@ -310,6 +328,31 @@ def global_rank() -> int:
     the process group is gone. Only rank 0 (the global one, never a local rank) prints,
     logs and writes files."""
     return int(os.environ.get("RANK", 0))
+
+
+def run_rank(main) -> None:
+    """[fsdp] main(); under torchrun, then the end of the process at once (os._exit),
+    without Python's shutdown. On the CPU, gloo runs each collective on a thread of
+    its own, which may let go of the collective's tensors after main() has returned:
+    during Python's shutdown that aborts the process (SIGABRT, "terminate called
+    without an active exception"; torch issue 190489) after a run that succeeded,
+    and torchrun reports it failed. destroy_process_group() cannot end those threads
+    while FSDP's device mesh holds the group. main() has closed every file it wrote;
+    sys.exit()'s code and message are kept."""
+    if "RANK" not in os.environ:  # python train.py: one process, no process group
+        main()
+        return
+    try:
+        main()
+        code = 0
+    except SystemExit as stop:  # sys.exit(), an error: keep its message and code
+        code = stop.code
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)
 
 
 def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
@@ -354,6 +397,16 @@ def shard_model(model, activation_checkpointing: bool) -> None:
         fully_shard(model)
 
 
+def sync_buffers(model) -> None:
+    """[fsdp] FSDP shards the parameters but leaves buffers (BatchNorm's running
+    statistics) to each rank, which updates them from its own batches. As DDP does,
+    every rank takes rank 0's after each update: all ranks hold the same buffers, and
+    the one copy a saved file holds is what every rank has."""
+    if dist.is_initialized():
+        for buffer in model.buffers():
+            dist.broadcast(buffer, src=0)
+
+
 def all_reduce_max(tensor: torch.Tensor) -> torch.Tensor:
     """[fsdp] The largest value over all ranks, in place."""
     if dist.is_initialized():
@@ -386,6 +439,41 @@ def shard(train_set, val_set, rank: int, world_size: int, seed: int):
         # [fsdp] a rank with no validation batch could not join the others' forwards
         sys.exit(f"error: fewer validation samples than the {world_size} processes")
     return sampler, Subset(val_set, range(rank, len(val_set), world_size))
+
+
+def hold_out_dir(out_dir: Path):
+    """One training per --out-dir: lock <out-dir>/.lock for as long as the returned
+    file is open. The kernel releases the lock however the process ends (kill -9
+    included), so the lock of a training that is gone is taken over. While another
+    live training holds it, exit here, before anything is written. The lock is
+    flock(2): it holds between machines on NFSv4 and on Lustre/GPFS with locking on,
+    not on file systems that keep locks local (some FUSE mounts); on Windows nothing
+    is locked."""
+    # [fsdp] rank 0 holds it for the job
+    if global_rank() != 0:
+        return None
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lock = open(out_dir / ".lock", "a+")
+    if os.name != "posix":
+        return lock
+    import fcntl  # POSIX only
+
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "a process"
+        if holder.startswith(f"pid {os.getpid()} "):
+            return lock  # held by an earlier main() of this very process
+        sys.exit(
+            f"error: another training is writing to {out_dir} ({holder}): wait for it, "
+            "stop it, or use another --out-dir"
+        )
+    lock.truncate(0)
+    lock.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    lock.flush()
+    return lock
 
 
 def save_config(cfg: Config, out_dir: Path) -> None:
@@ -552,6 +640,7 @@ def main(argv: list[str] | None = None) -> dict:
     torch.manual_seed(cfg.seed)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.tf32
     out_dir = Path(cfg.out_dir)
+    out_dir_lock = hold_out_dir(out_dir)  # or exit: another training is writing there
     save_config(cfg, out_dir)
 
     # --- data ---
@@ -625,6 +714,7 @@ def main(argv: list[str] | None = None) -> dict:
                 update_loss = window_loss  # the loss of the whole window
 
                 losses_since_log += update_loss  # on the device: read at log steps only
+                sync_buffers(model)  # [fsdp] rank 0's buffers (BatchNorm statistics)
 
                 if cfg.max_grad_norm > 0:
                     clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
@@ -667,8 +757,10 @@ def main(argv: list[str] | None = None) -> dict:
         plot_curves([out_dir], out_dir / "curves.png")  # [fsdp] see plot.py
     final = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
     print(f"done: {step} updates; final {final}; outputs in {out_dir}")
+    if out_dir_lock:  # [fsdp] rank 0's
+        out_dir_lock.close()  # [fsdp] the folder is free for the next training
     return metrics
 
 
 if __name__ == "__main__":
-    main()
+    run_rank(main)  # [fsdp] main(); see run_rank()

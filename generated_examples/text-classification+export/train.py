@@ -24,6 +24,7 @@ import json
 import math
 import os
 import random
+import socket
 import sys
 import time
 import tomllib
@@ -285,6 +286,37 @@ def select_device(name: str) -> torch.device:
     return device
 
 
+def hold_out_dir(out_dir: Path):
+    """One training per --out-dir: lock <out-dir>/.lock for as long as the returned
+    file is open. The kernel releases the lock however the process ends (kill -9
+    included), so the lock of a training that is gone is taken over. While another
+    live training holds it, exit here, before anything is written. The lock is
+    flock(2): it holds between machines on NFSv4 and on Lustre/GPFS with locking on,
+    not on file systems that keep locks local (some FUSE mounts); on Windows nothing
+    is locked."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lock = open(out_dir / ".lock", "a+")
+    if os.name != "posix":
+        return lock
+    import fcntl  # POSIX only
+
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "a process"
+        if holder.startswith(f"pid {os.getpid()} "):
+            return lock  # held by an earlier main() of this very process
+        sys.exit(
+            f"error: another training is writing to {out_dir} ({holder}): wait for it, "
+            "stop it, or use another --out-dir"
+        )
+    lock.truncate(0)
+    lock.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    lock.flush()
+    return lock
+
+
 def save_config(cfg: Config, out_dir: Path) -> None:
     """Print the config and write <out-dir>/config.json."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -409,6 +441,7 @@ def main(argv: list[str] | None = None) -> dict:
     torch.manual_seed(cfg.seed)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.tf32
     out_dir = Path(cfg.out_dir)
+    out_dir_lock = hold_out_dir(out_dir)  # or exit: another training is writing there
     save_config(cfg, out_dir)
 
     # --- data ---
@@ -498,6 +531,7 @@ def main(argv: list[str] | None = None) -> dict:
     plot_curves([out_dir], out_dir / "curves.png")  # loss and metrics: plot.py
     final = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
     print(f"done: {step} updates; final {final}; outputs in {out_dir}")
+    out_dir_lock.close()  # the folder is free for the next training
     return metrics
 
 
