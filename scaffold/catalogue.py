@@ -1,14 +1,18 @@
-"""The feature and task catalogue: data in one place, read by the CLI, the renderer and the tests.
+"""The feature and task catalogue, read by the CLI, the renderer and the tests.
 
-The template's `copier.yml` lists the same names (a test keeps the two in step).
+A feature is a folder, `templates/features/NAME/` (its `feature.toml` is the catalogue's entry);
+a team layer's features come in through scaffold/layers.py, in the same form.
 """
 
 from __future__ import annotations
 
 import difflib
+import tomllib
 from dataclasses import dataclass
+from pathlib import Path
 
-from scaffold.errors import UsageError
+from scaffold.errors import ScaffoldError, UsageError
+from scaffold.paths import template_dir
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,8 @@ class Feature:
     # requirement lines the generated project then needs (its requirements.txt is built from them)
     packages: tuple[str, ...] = ()
     layer: str = ""  # the team layer that defines it (scaffold/layers.py); "" for scaffold's own
+    config: tuple[str, ...] = ()  # the Config fields of train.py it adds
+    task_packages: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (task, lines): one task only
 
     @property
     def tag(self) -> str:
@@ -34,75 +40,51 @@ class Task:
     packages: tuple[str, ...] = ()  # requirement lines, as for a feature
 
 
-FEATURES: dict[str, Feature] = {
-    f.name: f
-    for f in (
-        Feature(
-            "amp",
-            "Mixed precision (bf16/fp16 autocast, GradScaler for fp16, unscale before clipping).",
-        ),
-        Feature(
-            "grad-accum",
-            "Gradient accumulation over K micro-batches, exact window-size loss scaling.",
-        ),
-        Feature(
-            "resume",
-            "Atomic checkpoints, exact mid-epoch resume, SIGTERM/SIGUSR1 preemption.",
-        ),
-        Feature(
-            "callbacks",
-            "callbacks.py with plain hook objects called from visible lines in the loop.",
-        ),
-        Feature(
-            "early-stopping",
-            "Stop when a validation metric stops improving (--patience, --min-delta).",
-        ),
-        Feature(
-            "tensorboard",
-            "TensorBoard event files under <out-dir>/tb (loss, lr, throughput, validation).",
-            packages=("tensorboard>=2.14",),
-        ),
-        Feature(
-            "compile",
-            "torch.compile the model (--compile/--no-compile); checkpoints keep plain keys.",
-        ),
-        Feature(
-            "ddp",
-            "DistributedDataParallel with torchrun, one node or many (gloo on CPU, nccl on CUDA).",
-            conflicts=("fsdp",),
-        ),
-        Feature(
-            "fsdp",
-            "FSDP2 (fully_shard per block) with torchrun: sharded weights, gradients, optimizer "
-            "state and checkpoints; --activation-checkpointing.",
-            conflicts=("ddp",),
-        ),
-        Feature(
-            "mlflow",
-            "MLflow tracking: config, metrics by update step, best/final weights (sqlite default).",
-            packages=("mlflow>=2.14",),
-        ),
-        Feature(
-            "wandb",
-            "Weights & Biases tracking: config, metrics by update step, optional weights artifact.",
-            packages=("wandb>=0.17",),
-        ),
-        Feature(
-            "sweep",
-            "sweep.py: an Optuna study over train.py (median pruning, resumable SQLite study).",
-            packages=("optuna>=3.6",),
-        ),
-        Feature(
-            "export",
-            "export.py: ONNX (checked with onnxruntime), TorchScript, torch.export program.",
-            packages=("onnx>=1.17", "onnxscript>=0.3", "onnxruntime>=1.20"),
-        ),
-        Feature(
-            "pretrained",
-            "Fine-tune a pretrained backbone: timm for images, Hugging Face transformers for text.",
-        ),
-    )
-}
+def _strings(value, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{what} must be a list of strings")
+    return tuple(value)
+
+
+def load_features(templates: Path) -> dict[str, Feature]:
+    """scaffold's own features, read from `templates/features/NAME/feature.toml`, in their
+    `order`. A feature folder also holds the lines it puts at the core templates' points
+    (`blocks/FILE/POINT.jinja`) and the files it adds (`files/`): see scaffold/blocks.py."""
+    found = []
+    for path in sorted((templates / "features").glob("*/feature.toml")):
+        name = path.parent.name
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            unknown = set(data) - _FEATURE_KEYS
+            if unknown:
+                raise ValueError(f"unknown key {sorted(unknown)[0]!r}")
+            if not isinstance(data.get("order"), int) or not isinstance(data.get("help"), str):
+                raise ValueError("'order' (a number) and 'help' (a string) are required")
+            task_packages = data.get("task_packages", {})
+            if not isinstance(task_packages, dict):
+                raise ValueError("task_packages must be a table")
+            feature = Feature(
+                name,
+                data["help"],
+                requires=_strings(data.get("requires", []), "requires"),
+                conflicts=_strings(data.get("conflicts", []), "conflicts"),
+                packages=_strings(data.get("packages", []), "packages"),
+                config=_strings(data.get("config", []), "config"),
+                task_packages=tuple(
+                    (task, _strings(lines, f"task_packages.{task}"))
+                    for task, lines in task_packages.items()
+                ),
+            )
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ValueError) as exc:
+            raise ScaffoldError(
+                f"{path} is damaged ({exc}): reinstall scaffold, or fix the feature folder"
+            ) from None
+        found.append((data["order"], name, feature))
+    return {name: feature for _, name, feature in sorted(found)}
+
+
+_FEATURE_KEYS = {"order", "help", "requires", "conflicts", "packages", "config", "task_packages"}
+FEATURES: dict[str, Feature] = load_features(template_dir())
 
 TASKS: dict[str, Task] = {
     t.name: t
@@ -182,22 +164,6 @@ def resolve_features(
     return [name for name in catalogue if name in chosen]
 
 
-# Packages a feature needs only for some tasks: (feature, task) -> requirement lines
-TASK_FEATURE_PACKAGES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("pretrained", "image-classification"): ("timm>=1.0", "safetensors>=0.4"),
-    ("pretrained", "text-classification"): (
-        "transformers>=4.40",
-        "tokenizers>=0.19",
-        "safetensors>=0.4",
-    ),
-    ("pretrained", "token-classification"): (
-        "transformers>=4.40",
-        "tokenizers>=0.19",
-        "safetensors>=0.4",
-    ),
-}
-
-
 def requirements(task: str, features, catalogue: dict[str, Feature] | None = None) -> list[str]:
     """The lines of a generated project's requirements.txt: one source of truth, this catalogue
     (scaffold's, or one with a layer's features added)."""
@@ -205,6 +171,6 @@ def requirements(task: str, features, catalogue: dict[str, Feature] | None = Non
     lines = [*CORE_PACKAGES, *TASKS[task].packages, *LOOP_PACKAGES]
     for name in features:
         feature = catalogue[name]
-        packages = (*feature.packages, *TASK_FEATURE_PACKAGES.get((name, task), ()))
+        packages = (*feature.packages, *dict(feature.task_packages).get(task, ()))
         lines += [f"{package}  # [{feature.tag}]" for package in packages]
     return [*lines, *TEST_PACKAGES]

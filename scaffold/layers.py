@@ -8,7 +8,8 @@ A layer is a directory (or a git repository at a ref, cloned into scaffold's cac
     features/NAME/files/PATH[.jinja]    files a feature adds (its module, tests/test_*.py)
     features/NAME/blocks/FILE/POINT.jinja
                                         lines a feature puts at a named extension point of
-                                        scaffold's train.py, data.py or model.py (POINTS)
+                                        scaffold's train.py, data.py or model.py
+                                        (scaffold/blocks.py: POINTS)
 
 Nothing of a layer runs at render time: its templates are rendered by a sandboxed Jinja
 environment with StrictUndefined, and syntax that could reach Python internals (attributes
@@ -38,27 +39,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scaffold import __version__, cache
+from scaffold.blocks import Block, block_paths, paths_under, place, unknown_point
 from scaffold.catalogue import FEATURES, Feature
 from scaffold.errors import ScaffoldError
 
 MANIFEST = "layer.toml"
 ENV_VAR = "SCAFFOLD_LAYER"
 NAME_RE = re.compile(r"[a-z][a-z0-9-]{0,39}")
-# file -> the extension points its template exposes, as `#@point NAME` lines (render removes
-# them, so a project without a layer renders exactly as before)
-POINTS: dict[str, tuple[str, ...]] = {
-    "train.py": (
-        "imports",  # local-module imports, beside `from data import ...`
-        "config",  # extra Config fields, after scaffold's own
-        "after_setup",  # model, optimizer, resume ready; before the training loop
-        "after_update",  # after each optimizer update is logged: step, epoch, lr, train_loss, row
-        "after_validation",  # after each validation is logged: epoch, step, metrics
-        "end_of_training",  # after teardown and the final weights: step, metrics, out_dir
-    ),
-    "data.py": ("end",),
-    "model.py": ("end",),
-}
-POINT_LINE = re.compile(rb"^([ \t]*)#@point ([a-z_]+)\n", re.M)
 # defaults a layer may change: Config fields of train.py
 DEFAULT_FIELDS = ("lr", "log_every", "epochs", "batch_size", "weight_decay", "seed", "out_dir")
 
@@ -371,15 +358,10 @@ def _load(source: str, root: Path, identity: str) -> Layer:
                 f"{', '.join(DEFAULT_FIELDS)} to a number or string",
             )
     for fname in features:
-        blocks = root / "features" / fname / "blocks"
-        for path in sorted(blocks.rglob("*.jinja")) if blocks.is_dir() else ():
-            target, point = path.parent.relative_to(blocks).as_posix(), path.name[: -len(".jinja")]
-            if point not in POINTS.get(target, ()):
-                where = ", ".join(f"{f}: {' '.join(p)}" for f, p in POINTS.items())
-                raise ScaffoldError(
-                    f"layer {source}: {path.relative_to(root)} names no extension point "
-                    f"({target} {point}): use one of {where}",
-                )
+        for target, point, path in block_paths(root / "features" / fname):
+            why = unknown_point(target, point)
+            if why:
+                raise ScaffoldError(f"layer {source}: {path.relative_to(root)} {why}")
     for path in sorted(root.rglob("*.jinja")):
         _check_template(source, root, path)
     return Layer(name, version, source, identity, root, features, always, description, config)
@@ -598,22 +580,18 @@ def _render(layer: Layer, path: Path, context: dict) -> str:
         ) from None
 
 
-def _files_under(folder: Path):
-    for path in sorted(folder.rglob("*")) if folder.is_dir() else ():
-        if path.is_file() and "__pycache__" not in path.parts:
-            yield path
-
-
-def apply(files: dict[str, bytes], layers: list[Layer], context: dict) -> dict[str, bytes]:
-    """Copier's render plus the layers: blocks at the extension points (the point lines go),
-    the layers' files, the layers' defaults. Without layers: only the point lines go."""
+def apply(
+    files: dict[str, bytes], layers: list[Layer], context: dict, own: list[Block] = ()
+) -> dict[str, bytes]:
+    """The rendered templates plus scaffold's own blocks (`own`, scaffold/blocks.py) and the
+    layers': their blocks at the points (the point lines go), their files, their defaults."""
     features = context["features"]
-    blocks: dict[tuple[str, str], list[str]] = {}
+    found: list[Block] = list(own)
     out = dict(files)
     for layer in layers:
         chosen = ["."] + [f"features/{f}" for f in layer.features if f in features]
         for folder in chosen:
-            for path in _files_under(layer.root / folder / "files"):
+            for path in paths_under(layer.root / folder / "files"):
                 rel = path.relative_to(layer.root / folder / "files").as_posix()
                 if rel.endswith(".jinja"):
                     out[rel[: -len(".jinja")]] = _render(layer, path, context).encode()
@@ -622,16 +600,15 @@ def apply(files: dict[str, bytes], layers: list[Layer], context: dict) -> dict[s
         for fname in layer.features:
             if fname not in features:
                 continue
-            folder = layer.root / "features" / fname / "blocks"
-            for path in _files_under(folder):
-                target = path.parent.relative_to(folder).as_posix()
+            for target, point, path in block_paths(layer.root / "features" / fname):
                 text = textwrap.dedent(_render(layer, path, context)).strip("\n")
                 if not text:
                     continue
                 tag = f"[{layer.name}:{fname}]"
                 if tag not in text.splitlines()[0]:
                     text = f"# {tag}\n{text}"
-                blocks.setdefault((target, path.name[: -len(".jinja")]), []).append(text)
+                rel = path.relative_to(layer.root).as_posix()
+                found.append(Block(target, point, text, f"{layer.name}: {rel}", padded=True))
     listed = [  # the lines that list a chosen layer feature, as scaffold's own features are
         (f"[{feature.tag}] {feature.help}")
         for layer in layers
@@ -641,21 +618,7 @@ def apply(files: dict[str, bytes], layers: list[Layer], context: dict) -> dict[s
     for target in ("train.py", "README.md"):
         if target in out:
             out[target] = _list_features(target, out[target], listed)
-    for target in POINTS:
-        if target not in out:
-            continue
-
-        def place(match, target=target):
-            indent, point = match.group(1).decode(), match.group(2).decode()
-            texts = blocks.get((target, point), [])
-            if not texts:
-                return b""
-            if point == "imports":  # no blank line: one import section, as isort wants it
-                return textwrap.indent("\n".join(texts), indent).encode() + b"\n"
-            body = "\n\n".join(texts)
-            return ("\n" + textwrap.indent(body, indent) + "\n\n").encode()
-
-        out[target] = POINT_LINE.sub(place, out[target])
+    out = place(out, found)
     config = {}
     for layer in layers:
         config.update(layer.config)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from scaffold.errors import ScaffoldError
 
 RECORD_DIR = ".scaffold"
@@ -26,3 +28,14 @@ def check_relpath(rel: str) -> str:
             f"refusing to write {rel!r}: not a relative path inside the project (report this bug)"
         )
     return rel
+
+
+def template_dir() -> Path:
+    """The templates: inside the installed package, or `templates/` of a source checkout."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "templates", here.parent / "templates"):
+        if (candidate / "copier.yml").is_file():
+            return candidate
+    raise ScaffoldError(
+        "the scaffold template is missing from this installation: reinstall scaffold"
+    )

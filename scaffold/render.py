@@ -14,30 +14,27 @@ import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
-from scaffold import __version__, cache, catalogue, layers
+from scaffold import __version__, blocks, cache, catalogue, layers
 from scaffold.answers import Answers
 from scaffold.catalogue import requirements
 from scaffold.errors import ScaffoldError
+from scaffold.paths import template_dir
 from scaffold.record import Record, make_record
-from scaffold.versions import TEMPLATE_VERSION, version_of
+from scaffold.versions import TEMPLATE_VERSION, canonical, version_of
 
 
-def template_dir() -> Path:
-    """The copier template: inside the installed package, or `templates/` of a source checkout."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "templates", here.parent / "templates"):
-        if (candidate / "copier.yml").is_file():
-            return candidate
-    raise ScaffoldError(
-        "the scaffold template is missing from this installation: reinstall scaffold"
-    )
+def template_fingerprint(templates: Path | None = None) -> str:
+    """What a project records of the templates that rendered it: the hash of every template file
+    (`source_fingerprint`), or, for templates that render a version byte for byte (listed in the
+    history's `same_output`), that version's fingerprint.
+
+    `templates`: another template folder (an older version's, for `scaffold upgrade`'s tests)."""
+    return canonical(source_fingerprint(templates))
 
 
 @functools.cache
-def template_fingerprint(templates: Path | None = None) -> str:
-    """A hash of every template file, so a project records which template rendered it.
-
-    `templates`: another template folder (an older version's, for `scaffold upgrade`'s tests)."""
+def source_fingerprint(templates: Path | None = None) -> str:
+    """A hash of every template file."""
     digest = hashlib.sha256()
     root = Path(templates) if templates is not None else template_dir()
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
@@ -72,11 +69,17 @@ def render(answers: Answers, templates: Path | None = None) -> dict[str, bytes]:
     """
     answers = answers.validated()
     loaded = answers.loaded_layers()
+    root = templates if templates is not None else template_dir()
+    data = template_data(answers)
     with tempfile.TemporaryDirectory(prefix="scaffold-render-") as tmp:
-        _run_copier(Path(tmp), answers, templates)
+        _run_copier(Path(tmp), root, data)
         files = _collect(Path(tmp))
-    # the extension points: each layer's blocks, files and defaults (or nothing, without layers)
-    files = layers.apply(files, loaded, {**answers.as_data(), "layers": [x.name for x in loaded]})
+    # scaffold's features' folders (features/NAME/: blocks at the points, files), then each
+    # layer's blocks, files and defaults; a point without a block leaves nothing
+    own_blocks, own_files = blocks.own(root, data["features"], data)
+    files.update(own_files)
+    context = {**answers.as_data(), "layers": [x.name for x in loaded]}
+    files = layers.apply(files, loaded, context, own_blocks)
     files = {path: format_file(path, data) for path, data in files.items()}
     _check_no_template_syntax(files)
     fingerprint = template_fingerprint(templates)
@@ -94,25 +97,33 @@ def render(answers: Answers, templates: Path | None = None) -> dict[str, bytes]:
     return files
 
 
-def _run_copier(dst: Path, answers: Answers, templates: Path | None = None) -> None:
+def template_data(answers: Answers) -> dict:
+    """What the templates read: the answers, the switches, the requirement lines."""
+    features = [name for name in answers.features if name in catalogue.FEATURES]
+    return {
+        "project_name": answers.project_name,
+        "task": answers.task,
+        "description": answers.description,
+        # the templates know scaffold's features; a layer's come in at the points
+        "features": features,
+        **switches(features),
+        "image": answers.task == "image-classification",
+        "text": answers.task == "text-classification",
+        "tokens": answers.task == "token-classification",
+        "scaffold_version": __version__,
+        "requirements": requirements(answers.task, answers.features, answers.catalogue()),
+    }
+
+
+def _run_copier(dst: Path, templates: Path, data: dict) -> None:
     import copier
 
     try:
         with cache.jinja_code_cache():
             copier.run_copy(
-                str(templates if templates is not None else template_dir()),
+                str(templates),
                 str(dst),
-                data={
-                    "project_name": answers.project_name,
-                    "task": answers.task,
-                    "description": answers.description,
-                    # the template knows scaffold's features; a layer's come in at the points
-                    "features": [name for name in answers.features if name in catalogue.FEATURES],
-                    "scaffold_version": __version__,
-                    "requirements": requirements(
-                        answers.task, answers.features, answers.catalogue()
-                    ),
-                },
+                data=data,
                 defaults=True,
                 overwrite=True,
                 quiet=True,
@@ -121,6 +132,11 @@ def _run_copier(dst: Path, answers: Answers, templates: Path | None = None) -> N
             )
     except Exception as exc:  # copier raises many types; present them as one line
         raise ScaffoldError(f"rendering the template failed: {exc}") from exc
+
+
+def switches(features) -> dict[str, bool]:
+    """The templates' switch for each of scaffold's features: `grad_accum` for grad-accum."""
+    return {name.replace("-", "_"): name in features for name in catalogue.FEATURES}
 
 
 def _collect(root: Path) -> dict[str, bytes]:

@@ -13,6 +13,14 @@ holds it, and the migrations an upgrade to it applies before merging: data, neve
 field: the identifier `log_every` and the command-line flag `--log-every` in every generated text
 file. tests/test_upgrade.py fails when the templates change without a new entry here, and when an
 entry that was committed once changes.
+
+A change to the templates that renders exactly what the version before rendered (moving a feature
+into its folder, with every file of `generated_examples/` byte for byte the same) is not a new
+version: its fingerprint goes into `same_output`, naming the version it renders,
+
+    "same_output": [{"fingerprint": "...", "version": 24}]
+
+and a project records the version's own fingerprint (`canonical`), so nothing changes for users.
 """
 
 from __future__ import annotations
@@ -94,12 +102,44 @@ def parse_history(data) -> list[Version]:
     return versions
 
 
+def parse_same_output(data, versions: list[Version]) -> dict[str, int]:
+    """The `same_output` list: {fingerprint of restructured templates: the version they render}."""
+    same = {}
+    for item in data.get("same_output", []) if isinstance(data, dict) else ():
+        if (
+            not isinstance(item, dict)
+            or set(item) != {"fingerprint", "version"}
+            or not isinstance(item["fingerprint"], str)
+            or not re.fullmatch(r"[0-9a-f]{16}", item["fingerprint"])
+        ):
+            raise ValueError('a same_output entry is {"fingerprint": 16 hex digits, "version": N}')
+        if item["version"] not in {v.version for v in versions}:
+            raise ValueError(f"same_output names version {item['version']!r}, not in the history")
+        if item["fingerprint"] in same or item["fingerprint"] in {v.fingerprint for v in versions}:
+            raise ValueError(f"fingerprint {item['fingerprint']} is listed twice")
+        same[item["fingerprint"]] = item["version"]
+    return same
+
+
 @cache
-def history() -> tuple[Version, ...]:
+def _read() -> tuple[tuple[Version, ...], dict[str, int]]:
     try:
-        return tuple(parse_history(json.loads(HISTORY_FILE.read_text(encoding="utf-8"))))
+        data = json.loads(HISTORY_FILE.read_text(encoding="utf-8"))
+        versions = parse_history(data)
+        return tuple(versions), parse_same_output(data, versions)
     except (OSError, ValueError) as exc:
         raise ScaffoldError(f"{HISTORY_FILE} is damaged ({exc}): reinstall scaffold") from None
+
+
+def history() -> tuple[Version, ...]:
+    return _read()[0]
+
+
+def canonical(fingerprint: str) -> str:
+    """The fingerprint a project records: the version's own, for templates listed in
+    `same_output` (they render that version byte for byte); any other, unchanged."""
+    number = _read()[1].get(fingerprint)
+    return fingerprint if number is None else history()[number - 1].fingerprint
 
 
 def describe(version: int | None, fingerprint: str) -> str:

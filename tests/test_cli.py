@@ -120,12 +120,14 @@ def test_conflicting_features_are_refused():
 def test_copier_questions_match_the_catalogue():
     import yaml  # copier depends on pyyaml
 
+    from scaffold.render import switches
+
     questions = yaml.safe_load((REPO / "templates" / "copier.yml").read_text())
-    assert questions["features"]["choices"] == list(FEATURES)
     assert questions["task"]["choices"] == list(TASKS)
     assert questions["_envops"]["undefined"] == "jinja2.StrictUndefined"
-    for name in FEATURES:
-        assert questions[name.replace("-", "_")]["when"] is False
+    # the features are the catalogue's (their folders), passed in: copier.yml does not list them
+    assert "features" not in questions and not set(questions) & set(switches([]))
+    assert switches(["grad-accum"]) == {n.replace("-", "_"): n == "grad-accum" for n in FEATURES}
 
 
 def test_template_uses_strict_undefined(tmp_path, monkeypatch):
@@ -263,7 +265,7 @@ def test_scaffold_modules_import_only_downward():
     """No import cycles: each module imports only modules listed before it here, at its top."""
     import ast
 
-    order = ["errors", "versions", "catalogue", "cache", "layers", "answers", "paths", "record",
+    order = ["errors", "versions", "paths", "catalogue", "blocks", "cache", "layers", "answers", "record",
              "render", "write", "lock", "project", "textio", "style", "meaning", "merge", "upgrade",
              "prompts", "cli"]
     for position, name in enumerate(order):

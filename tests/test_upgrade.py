@@ -80,18 +80,25 @@ def quiet(*_):
 # --- the version history ---------------------------------------------------------------------
 
 
-def history_problems(fingerprint: str, versions) -> list[str]:
-    """Why the installed templates (`fingerprint`) do not match the history, if they do not."""
+def history_problems(fingerprint: str, versions, same_output=None) -> list[str]:
+    """Why the installed templates (`fingerprint`, their source hash) do not match the history.
+
+    They match when they are the last version's fingerprint, or listed in `same_output` for it
+    (templates restructured without changing what they render)."""
     from scaffold.versions import TEMPLATE_VERSION
 
     problems = []
-    if not versions or versions[-1].fingerprint != fingerprint:
+    same_output = {} if same_output is None else same_output
+    last = versions[-1] if versions else None
+    if last is None or (last.fingerprint != fingerprint and same_output.get(fingerprint) != last.version):
         problems.append(
             f"the templates changed (fingerprint {fingerprint}) but template version "
-            f"{TEMPLATE_VERSION} is {versions[-1].fingerprint if versions else 'missing'}: add "
+            f"{TEMPLATE_VERSION} is {last.fingerprint if last else 'missing'}: add "
             f'{{"version": {TEMPLATE_VERSION + 1}, "fingerprint": "{fingerprint}", "commit": "", '
             f'"migrations": []}} to scaffold/template_history.json and set TEMPLATE_VERSION = '
-            f"{TEMPLATE_VERSION + 1} in scaffold/versions.py"
+            f"{TEMPLATE_VERSION + 1} in scaffold/versions.py; or, if every file of "
+            f'generated_examples/ is byte for byte the same, add {{"fingerprint": "{fingerprint}", '
+            f'"version": {TEMPLATE_VERSION}}} to its "same_output" list'
         )
     if versions and versions[-1].version != TEMPLATE_VERSION:
         problems.append(f"TEMPLATE_VERSION is {TEMPLATE_VERSION}, the history ends at "
@@ -100,21 +107,31 @@ def history_problems(fingerprint: str, versions) -> list[str]:
 
 
 def test_the_installed_templates_are_the_last_version_in_the_history():
-    from scaffold.render import template_fingerprint
-    from scaffold.versions import history
+    from scaffold.render import source_fingerprint
+    from scaffold.versions import _read, history
 
-    assert history_problems(template_fingerprint(), history()) == []
+    assert history_problems(source_fingerprint(), history(), _read()[1]) == []
+
+
+def test_same_output_templates_record_their_version():
+    """Templates listed in same_output render a version byte for byte: a project records that
+    version's own fingerprint; any other templates record their own hash."""
+    from scaffold.versions import _read, canonical, history
+
+    for fingerprint, number in _read()[1].items():
+        assert canonical(fingerprint) == history()[number - 1].fingerprint
+    assert canonical("0123456789abcdef") == "0123456789abcdef"
 
 
 def test_the_version_check_fails_when_a_template_changes(tmp_path):
-    from scaffold.render import template_dir, template_fingerprint
-    from scaffold.versions import history
+    from scaffold.render import source_fingerprint, template_dir
+    from scaffold.versions import _read, history
 
     changed = tmp_path / "templates"
     shutil.copytree(template_dir(), changed)
     train = changed / "project" / "train.py.jinja"
     train.write_text(train.read_text() + "\n# one more line\n")
-    problems = history_problems(template_fingerprint(changed), history())
+    problems = history_problems(source_fingerprint(changed), history(), _read()[1])
     assert len(problems) == 1 and "the templates changed" in problems[0]
 
 
@@ -174,6 +191,19 @@ def changed_entries(old: list[dict], current: list[dict]) -> list[int]:
     return changed
 
 
+def test_a_bad_same_output_list_is_refused():
+    from scaffold.versions import parse_history, parse_same_output
+
+    versions = parse_history({"versions": [{"version": 1, "fingerprint": "0" * 16}]})
+    for same, why in (([{"fingerprint": "1" * 16, "version": 2}], "not in the history"),
+                      ([{"fingerprint": "0" * 16, "version": 1}], "twice"),
+                      ([{"fingerprint": "xyz", "version": 1}], "16 hex")):
+        with pytest.raises(ValueError, match=why):
+            parse_same_output({"same_output": same}, versions)
+    assert parse_same_output({"same_output": [{"fingerprint": "1" * 16, "version": 1}]},
+                             versions) == {"1" * 16: 1}
+
+
 def test_the_history_check_catches_a_changed_entry():
     old = [{"version": 1, "fingerprint": "0" * 16, "commit": "abc", "migrations": []},
            {"version": 2, "fingerprint": "1" * 16, "commit": "", "migrations": []}]
@@ -190,10 +220,13 @@ def test_committed_history_entries_never_change():
                           "scaffold/template_history.json"], capture_output=True, text=True)
     if log.returncode != 0 or not log.stdout.strip():
         pytest.skip("the history file has no git history in this clone")
-    current = json.loads((REPO / "scaffold" / "template_history.json").read_text())["versions"]
+    data = json.loads((REPO / "scaffold" / "template_history.json").read_text())
+    current, same_output = data["versions"], data.get("same_output", [])
     for commit in log.stdout.split():
         old = json.loads(git(REPO, "show", f"{commit}:scaffold/template_history.json"))
         assert changed_entries(old["versions"], current) == [], f"changed since {commit[:12]}"
+        same = old.get("same_output", [])
+        assert same_output[:len(same)] == same, f"same_output changed since {commit[:12]}"
 
 
 @pytest.mark.parametrize("data, why", [

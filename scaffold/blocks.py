@@ -1,0 +1,147 @@
+"""Feature folders: the lines a feature puts at the named points of the core templates, and the
+files it adds. One mechanism for scaffold's own features and a team layer's:
+
+    features/NAME/feature.toml            scaffold's (a layer's features are in its layer.toml)
+    features/NAME/blocks/FILE/POINT.jinja lines for the `#@point POINT` line of FILE
+    features/NAME/files/PATH[.jinja]      files the feature adds (its module, tests/test_*.py)
+
+scaffold's own blocks are placed exactly as written (indented to the point, nothing added: the
+generated code reads as if the core template had the lines); a layer's are set off by a blank
+line and tagged `# [LAYER:FEATURE]` (scaffold/layers.py). A point with no block leaves nothing,
+so a project without the feature renders as if the point were not there.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+from scaffold.errors import ScaffoldError
+
+# file -> its points, as `#@point NAME` lines of the core template; named for where they are
+POINTS: dict[str, tuple[str, ...]] = {
+    "train.py": (
+        "imports",  # local-module imports, beside `from data import ...`
+        "config",  # extra Config fields, after scaffold's own
+        "after_setup",  # model, optimizer, resume ready; before the training loop
+        "after_update",  # after each optimizer update is logged: step, epoch, lr, train_loss, row
+        "after_validation",  # after each validation is logged: epoch, step, metrics
+        "end_of_training",  # after teardown and the final weights: step, metrics, out_dir
+    ),
+    "data.py": ("end",),
+    "model.py": ("end",),
+}
+POINT_LINE = re.compile(rb"^([ \t]*)#@point ([a-z_]+)\n", re.M)
+
+
+@dataclass(frozen=True)
+class Block:
+    target: str  # the generated file: train.py
+    point: str
+    text: str  # rendered, relative to the point's indentation
+    source: str  # where it came from, for messages: features/amp/blocks/train.py/config.jinja
+    padded: bool = False  # a layer's: a blank line before and after
+
+
+def folders(root: Path, names) -> list[tuple[str, Path]]:
+    """(name, folder) of each feature in `names` that has a folder under root/features."""
+    return [(n, root / "features" / n) for n in names if (root / "features" / n).is_dir()]
+
+
+def paths_under(folder: Path):
+    for path in sorted(folder.rglob("*")) if folder.is_dir() else ():
+        if path.is_file() and "__pycache__" not in path.parts:
+            yield path
+
+
+def block_paths(folder: Path):
+    """(target, point, path) of each block of a feature folder."""
+    blocks = folder / "blocks"
+    for path in paths_under(blocks):
+        if path.name.endswith(".jinja"):
+            target = path.parent.relative_to(blocks).as_posix()
+            yield target, path.name[: -len(".jinja")], path
+
+
+def unknown_point(target: str, point: str) -> str | None:
+    """Why (target, point) is not a point of the core templates, or None."""
+    if point in POINTS.get(target, ()):
+        return None
+    where = ", ".join(f"{f}: {' '.join(p)}" for f, p in POINTS.items())
+    return f"names no extension point ({target} {point}): use one of {where}"
+
+
+@functools.cache
+def _environment():
+    """scaffold's own templates are trusted: the environment copier renders them with."""
+    from jinja2 import Environment, StrictUndefined
+
+    return Environment(
+        undefined=StrictUndefined, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True
+    )
+
+
+def _render_own(templates: Path, path: Path, context: dict) -> str:
+    from jinja2 import TemplateError
+
+    try:
+        return _environment().from_string(path.read_text(encoding="utf-8")).render(context)
+    except (OSError, UnicodeDecodeError, TemplateError) as exc:
+        why = f"{path.relative_to(templates)}: {exc}"
+        raise ScaffoldError(f"rendering the template failed: {why}") from None
+
+
+def own(templates: Path, features, context: dict) -> tuple[list[Block], dict[str, bytes]]:
+    """The blocks and files of scaffold's chosen features, from `templates/features/`."""
+    blocks, files = [], {}
+    for _, folder in folders(templates, features):
+        for target, point, path in block_paths(folder):
+            source = path.relative_to(templates).as_posix()
+            why = unknown_point(target, point)
+            if why:
+                raise ScaffoldError(f"template {source} {why} (report this bug)")
+            blocks.append(Block(target, point, _render_own(templates, path, context), source))
+        for path in paths_under(folder / "files"):
+            rel = path.relative_to(folder / "files").as_posix()
+            if rel.endswith(".jinja"):
+                files[rel[: -len(".jinja")]] = _render_own(templates, path, context).encode()
+            else:
+                files[rel] = path.read_bytes()
+    return blocks, files
+
+
+def place(files: dict[str, bytes], blocks: list[Block]) -> dict[str, bytes]:
+    """Each block at its point (in the order given); every point line goes. A block of scaffold's
+    own whose point is not in the rendered file is an error: its lines would be lost."""
+    out = dict(files)
+    at: dict[tuple[str, str], list[Block]] = {}
+    for block in blocks:
+        at.setdefault((block.target, block.point), []).append(block)
+    placed = set()
+    for target in POINTS:
+        if target not in out:
+            continue
+
+        def put(match, target=target):
+            indent, point = match.group(1).decode(), match.group(2).decode()
+            placed.add((target, point))
+            here = at.get((target, point), [])
+            text = "".join(textwrap.indent(b.text, indent) for b in here if not b.padded)
+            padded = [b.text for b in here if b.padded]
+            if padded and point == "imports":  # no blank line: one import section, as isort wants
+                text += textwrap.indent("\n".join(padded), indent) + "\n"
+            elif padded:
+                text += "\n" + textwrap.indent("\n\n".join(padded), indent) + "\n\n"
+            return text.encode()
+
+        out[target] = POINT_LINE.sub(put, out[target])
+    for block in blocks:
+        if not block.padded and block.text and (block.target, block.point) not in placed:
+            raise ScaffoldError(
+                f"template {block.source}: the rendered {block.target} has no point "
+                f"{block.point!r} (report this bug)"
+            )
+    return out
