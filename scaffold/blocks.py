@@ -24,15 +24,29 @@ from scaffold.errors import ScaffoldError
 # file -> its points, as `#@point NAME` lines of the core template; named for where they are
 POINTS: dict[str, tuple[str, ...]] = {
     "train.py": (
+        "features",  # the docstring's feature list: one line each
+        "torch_imports",  # the end of the `from torch...` imports
+        "optional_imports",  # after the imports: a missing package is one line to stderr
         "imports",  # local-module imports, beside `from data import ...`
+        "feature_config",  # the features' Config fields (moving here one by one)
         "config",  # extra Config fields, after scaffold's own
+        "log_metrics",  # the end of log_metrics(row, ...): the row is in metrics.csv
+        "after_log_metrics",  # top-level functions after log_metrics()
+        "after_model_wrap",  # main(): the model compiled and wrapped, before the trackers' runs
         "after_setup",  # model, optimizer, resume ready; before the training loop
         "after_update",  # after each optimizer update is logged: step, epoch, lr, train_loss, row
         "after_validation",  # after each validation is logged: epoch, step, metrics
+        "finally",  # the training loop's `finally:`, after the progress bar is closed
+        "after_plot",  # main(): after the final weights and the curves
         "end_of_training",  # after teardown and the final weights: step, metrics, out_dir
     ),
     "data.py": ("end",),
     "model.py": ("end",),
+    "README.md": (
+        "outputs",  # the end of the "Outputs" list
+        "feature_items",  # scaffold's items of the "Features" list (moving here one by one)
+        "features",  # the end of the "Features" list: one item each
+    ),
 }
 POINT_LINE = re.compile(rb"^([ \t]*)#@point ([a-z_]+)\n", re.M)
 

@@ -616,8 +616,14 @@ def apply(
         if feature.name in features
     ]
     for target in ("train.py", "README.md"):
-        if target in out:
-            out[target] = _list_features(target, out[target], listed)
+        if target in out and listed:
+            out[target] = _NONE_LINES[target].sub("", out[target].decode(), count=1).encode()
+            for line in listed:  # after scaffold's features, one line each
+                if target == "train.py":  # a docstring line of <= 88
+                    text = textwrap.shorten(line, 84, placeholder=" ...") + "\n"
+                else:
+                    text = f"- {line}\n"
+                found.append(Block(target, "features", text, f"the feature list of {target}"))
     out = place(out, found)
     config = {}
     for layer in layers:
@@ -628,24 +634,11 @@ def apply(
 
 
 # the feature lists: train.py's docstring and README.md's "Features" (their "none" line goes when
-# only layer features are chosen)
+# only layer features are chosen; the layer's lines go at their `features` point)
 _NONE_LINES = {
     "train.py": re.compile(r"^    none: the plain core loop\n", re.M),
     "README.md": re.compile(r"^- none yet: .*\n(?:  .*\n)*", re.M),
 }
-
-
-def _list_features(target: str, data: bytes, listed: list[str]) -> bytes:
-    text = data.decode()
-    if listed:
-        text = _NONE_LINES[target].sub("", text, count=1)
-    if target == "train.py":  # one line each, as scaffold's (a docstring line of <= 88)
-        lines = [textwrap.shorten(line, 84, placeholder=" ...") for line in listed]
-        lines = ["    " + line for line in lines]
-    else:
-        lines = ["- " + line for line in listed]
-    point = re.compile(r"^[ \t]*#@point features\n", re.M)
-    return point.sub(lambda m: "".join(line + "\n" for line in lines), text, count=1).encode()
 
 
 def _set_defaults(data: bytes, config: dict) -> bytes:

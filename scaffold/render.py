@@ -110,6 +110,7 @@ def template_data(answers: Answers) -> dict:
         "image": answers.task == "image-classification",
         "text": answers.task == "text-classification",
         "tokens": answers.task == "token-classification",
+        "parallel": "ddp" if "ddp" in features else ("fsdp" if "fsdp" in features else ""),
         "scaffold_version": __version__,
         "requirements": requirements(answers.task, answers.features, answers.catalogue()),
     }
