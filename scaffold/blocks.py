@@ -30,12 +30,19 @@ POINTS: dict[str, tuple[str, ...]] = {
         "imports",  # local-module imports, beside `from data import ...`
         "feature_config",  # the features' Config fields (moving here one by one)
         "config",  # extra Config fields, after scaffold's own
+        "positive_fields",  # Config.__post_init__: `positive += [...]`, the fields that must be > 0
+        "non_negative_fields",  # ... and `non_negative += [...]`, those that must be >= 0
+        "config_checks",  # ... the end of the checks: one paragraph per check
         "log_metrics",  # the end of log_metrics(row, ...): the row is in metrics.csv
         "after_log_metrics",  # top-level functions after log_metrics()
+        "after_save_weights",  # top-level functions after save_weights(): checkpoints
+        "before_model_wrap",  # main(): the model built, resumed, before the ddp wrap
         "after_model_wrap",  # main(): the model compiled and wrapped, before the trackers' runs
         "after_setup",  # model, optimizer, resume ready; before the training loop
         "after_update",  # after each optimizer update is logged: step, epoch, lr, train_loss, row
         "after_validation",  # after each validation is logged: epoch, step, metrics
+        "end_of_epoch",  # the end of an epoch: validated, best.pt and the checkpoint written
+        "except_clauses",  # the training loop's `except ...:` clauses, before its `finally:`
         "finally",  # the training loop's `finally:`, after the progress bar is closed
         "after_plot",  # main(): after the final weights and the curves
         "end_of_training",  # after teardown and the final weights: step, metrics, out_dir
