@@ -33,6 +33,9 @@ POINTS: dict[str, tuple[str, ...]] = {
         "positive_fields",  # Config.__post_init__: `positive += [...]`, the fields that must be > 0
         "non_negative_fields",  # ... and `non_negative += [...]`, those that must be >= 0
         "config_checks",  # ... the end of the checks: one paragraph per check
+        "setup_functions",  # top-level functions after select_device(): ddp's and fsdp's
+        "after_setup_functions",  # ... after them: amp's setup_precision()
+        "after_schedule",  # top-level functions after lr_factor(): grad-accum's windows()
         "log_metrics",  # the end of log_metrics(row, ...): the row is in metrics.csv
         "after_log_metrics",  # top-level functions after log_metrics()
         "after_save_weights",  # top-level functions after save_weights(): checkpoints
@@ -96,12 +99,17 @@ def unknown_point(target: str, point: str) -> str | None:
 
 
 @functools.cache
-def _environment():
-    """scaffold's own templates are trusted: the environment copier renders them with."""
-    from jinja2 import Environment, StrictUndefined
+def _environment(templates: Path):
+    """scaffold's own templates are trusted: the environment copier renders them with. A block
+    may `{% include "shared/..." %}` lines that two features share (ddp's and fsdp's helpers)."""
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
     return Environment(
-        undefined=StrictUndefined, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True
+        loader=FileSystemLoader(templates),
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
     )
 
 
@@ -109,7 +117,8 @@ def _render_own(templates: Path, path: Path, context: dict) -> str:
     from jinja2 import TemplateError
 
     try:
-        return _environment().from_string(path.read_text(encoding="utf-8")).render(context)
+        source = path.read_text(encoding="utf-8")
+        return _environment(templates).from_string(source).render(context)
     except (OSError, UnicodeDecodeError, TemplateError) as exc:
         why = f"{path.relative_to(templates)}: {exc}"
         raise ScaffoldError(f"rendering the template failed: {why}") from None
@@ -118,6 +127,7 @@ def _render_own(templates: Path, path: Path, context: dict) -> str:
 def own(templates: Path, features, context: dict) -> tuple[list[Block], dict[str, bytes]]:
     """The blocks and files of scaffold's chosen features, from `templates/features/`."""
     blocks, files = [], {}
+    context = {**context, "tags": functools.partial(tags, context["features"])}
     for _, folder in folders(templates, features):
         for target, point, path in block_paths(folder):
             source = path.relative_to(templates).as_posix()
@@ -132,6 +142,13 @@ def own(templates: Path, features, context: dict) -> tuple[list[Block], dict[str
             else:
                 files[rel] = path.read_bytes()
     return blocks, files
+
+
+def tags(features, names) -> str:
+    """`  # [a] [b]` for those of `names` the project has: a line that several features share
+    (the templates' `tags([...])`, as the core templates' macro of that name)."""
+    present = [name for name in names if name in features]
+    return f"  # [{'] ['.join(present)}]" if present else ""
 
 
 def place(files: dict[str, bytes], blocks: list[Block]) -> dict[str, bytes]:
