@@ -53,9 +53,14 @@ POINTS: dict[str, tuple[str, ...]] = {
     "data.py": ("end",),
     "model.py": ("end",),
     "README.md": (
+        "run",  # the end of the "Run" commands
         "outputs",  # the end of the "Outputs" list
-        "feature_items",  # scaffold's items of the "Features" list (moving here one by one)
-        "features",  # the end of the "Features" list: one item each
+        "after_training",  # the start of "After training"
+        "after_training_commands",  # the end of its commands
+        "after_training_items",  # the end of its list (evaluate.py, predict.py, plot.py)
+        "files",  # the "Where things are" table: the files features add
+        "features",  # the "Features" list: one item each
+        "guarantees",  # the "What the tests guarantee" list: one item each
     ),
 }
 POINT_LINE = re.compile(rb"^([ \t]*)#@point ([a-z_]+)\n", re.M)
@@ -167,7 +172,12 @@ def place(files: dict[str, bytes], blocks: list[Block]) -> dict[str, bytes]:
             indent, point = match.group(1).decode(), match.group(2).decode()
             placed.add((target, point))
             here = at.get((target, point), [])
-            text = "".join(textwrap.indent(b.text, indent) for b in here if not b.padded)
+            # a block is whole lines (a block ending in `{% endif %}` loses its last newline)
+            text = "".join(
+                textwrap.indent(b.text if b.text.endswith("\n") else b.text + "\n", indent)
+                for b in here
+                if not b.padded and b.text
+            )
             padded = [b.text for b in here if b.padded]
             if padded and point == "imports":  # no blank line: one import section, as isort wants
                 text += textwrap.indent("\n".join(padded), indent) + "\n"

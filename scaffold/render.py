@@ -166,7 +166,7 @@ def format_file(path: str, data: bytes) -> bytes:
     return formatted
 
 
-_TEMPLATE_SYNTAX = re.compile(rb"\{\{|\}\}|\{%|%\}|\{#|#\}")
+_TEMPLATE_SYNTAX = re.compile(rb"\{\{|\}\}|\{%|%\}|\{#|#\}|#@point ")
 
 
 def _check_no_template_syntax(files: dict[str, bytes]) -> None:

@@ -116,3 +116,15 @@ def test_a_new_feature_is_one_folder(tmp_path):
     plain = scaffold("new", "q", "-f", "amp")  # not chosen: no trace of it
     assert plain.returncode == 0 and "hello" not in (tmp_path / "q" / "train.py").read_text()
     assert not (tmp_path / "q" / "hello.py").exists()
+
+
+def test_a_point_line_that_survives_is_refused():
+    """A point glued to the line before it (a block ending in `{% endif %}`) would reach the
+    project: render refuses it (sweep's README had one before template version 25)."""
+    from scaffold.render import _check_no_template_syntax
+
+    with pytest.raises(ScaffoldError, match="survived into README.md"):
+        _check_no_template_syntax({"README.md": b"it again.#@point features\n"})
+    blocks = [Block("README.md", "features", "- [x] a line{% endif %}", "features/x")]
+    assert place({"README.md": b"#@point features\n\nFeature tags\n"}, blocks)["README.md"] == (
+        b"- [x] a line{% endif %}\n\nFeature tags\n")

@@ -193,6 +193,10 @@ class Config:
                 f"--precision must be auto, fp32, bf16 or fp16, got {self.precision!r}"
             )
 
+        # [resume] an empty --resume is a mistake, not "never"
+        if self.resume not in ("auto", "never") and not self.resume:
+            raise ValueError("--resume must be auto, never, or a checkpoint path")
+
         # [early-stopping] a validation metric, and a direction
         if self.monitor not in METRIC_COLUMNS or not self.monitor.startswith("val_"):
             choices = [c for c in METRIC_COLUMNS if c.startswith("val_")]
@@ -201,10 +205,6 @@ class Config:
             )
         if self.mode not in ("min", "max"):
             raise ValueError(f"--mode must be min or max, got {self.mode!r}")
-
-        # [resume] an empty --resume is a mistake, not "never"
-        if self.resume not in ("auto", "never") and not self.resume:
-            raise ValueError("--resume must be auto, never, or a checkpoint path")
 
 
 def flag(name: str) -> str:
