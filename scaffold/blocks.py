@@ -26,9 +26,9 @@ POINTS: dict[str, tuple[str, ...]] = {
     "train.py": (
         "features",  # the docstring's feature list: one line each
         "torch_imports",  # the end of the `from torch...` imports
-        "optional_imports",  # after the imports: a missing package is one line to stderr
         "imports",  # local-module imports, beside `from data import ...`
-        "feature_config",  # the features' Config fields (moving here one by one)
+        "optional_imports",  # after the imports: a missing package is one line to stderr
+        "feature_config",  # the features' Config fields, one paragraph each
         "config",  # extra Config fields, after scaffold's own
         "positive_fields",  # Config.__post_init__: `positive += [...]`, the fields that must be > 0
         "non_negative_fields",  # ... and `non_negative += [...]`, those that must be >= 0
@@ -39,8 +39,11 @@ POINTS: dict[str, tuple[str, ...]] = {
         "log_metrics",  # the end of log_metrics(row, ...): the row is in metrics.csv
         "after_log_metrics",  # top-level functions after log_metrics()
         "after_save_weights",  # top-level functions after save_weights(): checkpoints
-        "before_model_wrap",  # main(): the model built, resumed, before the ddp wrap
-        "after_model_wrap",  # main(): the model compiled and wrapped, before the trackers' runs
+        "after_save_config",  # main(): the out-dir held, config.json written
+        "after_total_steps",  # main(): the number of updates known
+        "after_build_model",  # main(): the model built on its device
+        "prepare_model",  # main(): resumed, compiled, wrapped for ddp (in that order)
+        "after_model_wrap",  # main(): the model ready; the trackers' runs start here
         "after_setup",  # model, optimizer, resume ready; before the training loop
         "after_update",  # after each optimizer update is logged: step, epoch, lr, train_loss, row
         "after_validation",  # after each validation is logged: epoch, step, metrics
@@ -95,12 +98,26 @@ def block_paths(folder: Path):
             yield target, path.name[: -len(".jinja")], path
 
 
-def unknown_point(target: str, point: str) -> str | None:
-    """Why (target, point) is not a point of the core templates, or None."""
-    if point in POINTS.get(target, ()):
+def unknown_point(target: str, point: str, points: dict | None = None) -> str | None:
+    """Why (target, point) is not one of `points` (default: POINTS, a layer's), or None."""
+    points = POINTS if points is None else points
+    if point in points.get(target, ()):
         return None
-    where = ", ".join(f"{f}: {' '.join(p)}" for f, p in POINTS.items())
+    where = ", ".join(f"{f}: {' '.join(p)}" for f, p in points.items())
     return f"names no extension point ({target} {point}): use one of {where}"
+
+
+@functools.cache
+def core_points(templates: Path) -> dict[str, tuple[str, ...]]:
+    """The points of the core templates of `templates` (an older version's has its own)."""
+    found: dict[str, tuple[str, ...]] = {}
+    project = templates / "project"
+    for path in sorted(project.rglob("*.jinja")):
+        names = POINT_LINE.findall(path.read_bytes())
+        if names:
+            target = path.relative_to(project).as_posix()[: -len(".jinja")]
+            found[target] = tuple(name.decode() for _, name in names)
+    return found
 
 
 @functools.cache
@@ -136,7 +153,7 @@ def own(templates: Path, features, context: dict) -> tuple[list[Block], dict[str
     for _, folder in folders(templates, features):
         for target, point, path in block_paths(folder):
             source = path.relative_to(templates).as_posix()
-            why = unknown_point(target, point)
+            why = unknown_point(target, point, core_points(templates))
             if why:
                 raise ScaffoldError(f"template {source} {why} (report this bug)")
             blocks.append(Block(target, point, _render_own(templates, path, context), source))
@@ -164,9 +181,7 @@ def place(files: dict[str, bytes], blocks: list[Block]) -> dict[str, bytes]:
     for block in blocks:
         at.setdefault((block.target, block.point), []).append(block)
     placed = set()
-    for target in POINTS:
-        if target not in out:
-            continue
+    for target in [path for path, data in out.items() if b"#@point " in data]:
 
         def put(match, target=target):
             indent, point = match.group(1).decode(), match.group(2).decode()

@@ -128,3 +128,10 @@ def test_a_point_line_that_survives_is_refused():
     blocks = [Block("README.md", "features", "- [x] a line{% endif %}", "features/x")]
     assert place({"README.md": b"#@point features\n\nFeature tags\n"}, blocks)["README.md"] == (
         b"- [x] a line{% endif %}\n\nFeature tags\n")
+
+
+def test_the_points_a_layer_may_use_are_the_core_templates_points():
+    from scaffold.blocks import core_points
+    from scaffold.paths import template_dir
+
+    assert core_points(template_dir()) == POINTS
