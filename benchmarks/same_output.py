@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import argparse
 import random
-import subprocess
 import sys
-import tarfile
 import tempfile
-from io import BytesIO
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -24,6 +21,8 @@ sys.path.insert(0, str(REPO))
 
 
 def main() -> int:
+    from template_numbers import templates_at  # beside this file
+
     from scaffold.answers import Answers
     from scaffold.catalogue import FEATURES, TASKS, resolve_features
     from scaffold.errors import UsageError
@@ -45,13 +44,7 @@ def main() -> int:
             continue
         combos.append((rng.choice(list(TASKS)), features))
     with tempfile.TemporaryDirectory() as tmp:
-        data = subprocess.run(
-            ["git", "-C", str(REPO), "archive", args.commit, "templates"],
-            check=True,
-            capture_output=True,
-        ).stdout
-        tarfile.open(fileobj=BytesIO(data)).extractall(tmp, filter="data")
-        old = Path(tmp) / "templates"
+        old = templates_at(args.commit, Path(tmp))
         differ = 0
         for task, features in combos:
             answers = Answers(project_name="p", task=task, features=list(features))

@@ -34,6 +34,15 @@ def numbers(path: Path) -> str:
     return "| " + " | ".join(map(str, cells)) + " |"
 
 
+def templates_at(commit: str, dest: Path) -> Path:
+    """`git archive COMMIT templates` unpacked into dest; the templates folder."""
+    data = subprocess.run(
+        ["git", "-C", str(REPO), "archive", commit, "templates"], check=True, capture_output=True
+    ).stdout
+    tarfile.open(fileobj=BytesIO(data)).extractall(dest, filter="data")
+    return dest / "templates"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -43,13 +52,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = REPO / "templates"
         if args.at:
-            data = subprocess.run(
-                ["git", "-C", str(REPO), "archive", args.at, "templates"],
-                check=True,
-                capture_output=True,
-            ).stdout
-            tarfile.open(fileobj=BytesIO(data)).extractall(tmp, filter="data")
-            root = Path(tmp) / "templates"
+            root = templates_at(args.at, Path(tmp))
         print(f"templates of {args.at or 'the working tree'}\n")
         print(
             "| core template | lines | Jinja control lines | if/elif | longest line | lines > 100 |"
