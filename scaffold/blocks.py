@@ -25,9 +25,11 @@ from scaffold.errors import ScaffoldError
 POINTS: dict[str, tuple[str, ...]] = {
     "train.py": (
         "features",  # the docstring's feature list: one line each
+        "run_commands",  # the docstring's Run: commands, one line each
         "torch_imports",  # the end of the `from torch...` imports
         "imports",  # local-module imports, beside `from data import ...`
         "optional_imports",  # after the imports: a missing package is one line to stderr
+        "constants",  # module constants, after METRIC_COLUMNS
         "feature_config",  # the features' Config fields, one paragraph each
         "config",  # extra Config fields, after scaffold's own
         "positive_fields",  # Config.__post_init__: `positive += [...]`, the fields that must be > 0
@@ -35,9 +37,15 @@ POINTS: dict[str, tuple[str, ...]] = {
         "config_checks",  # ... the end of the checks: one paragraph per check
         "setup_functions",  # top-level functions after select_device(): ddp's and fsdp's
         "after_setup_functions",  # ... after them: amp's setup_precision()
+        "start_of_hold_out_dir",  # the first lines of hold_out_dir(out_dir)
+        "start_of_save_config",  # the first lines of save_config(cfg, out_dir)
         "after_schedule",  # top-level functions after lr_factor(): grad-accum's windows()
+        "before_validation_batches",  # evaluate(): the sums are zero, before the batches
+        "after_validation_batches",  # evaluate(): after the batches, before the sums are read
+        "start_of_log_metrics",  # the first lines of log_metrics(row, ...)
         "log_metrics",  # the end of log_metrics(row, ...): the row is in metrics.csv
         "after_log_metrics",  # top-level functions after log_metrics()
+        "start_of_save_weights",  # the first lines of save_weights(path, model, ...)
         "after_save_weights",  # top-level functions after save_weights(): checkpoints
         "after_save_config",  # main(): the out-dir held, config.json written
         "after_total_steps",  # main(): the number of updates known
@@ -45,11 +53,19 @@ POINTS: dict[str, tuple[str, ...]] = {
         "prepare_model",  # main(): resumed, compiled, wrapped for ddp (in that order)
         "after_model_wrap",  # main(): the model ready; the trackers' runs start here
         "after_setup",  # model, optimizer, resume ready; before the training loop
+        "after_progress_bar",  # main(): the progress bar made, before the loop's state
+        "after_stop_flag",  # main(): `stop` set, before the training loop
+        "after_epoch_order",  # each epoch: `order`, the sample indices it trains on
         "after_update",  # after each optimizer update is logged: step, epoch, lr, train_loss, row
+        "stop_decisions",  # ... the update's stop flags, before `step >= total_steps` ends the loop
+        "after_stop_check",  # ... after it: the update's checkpoint
         "after_validation",  # after each validation is logged: epoch, step, metrics
-        "end_of_epoch",  # the end of an epoch: validated, best.pt and the checkpoint written
+        "epoch_stop_decisions",  # after best.pt: the epoch's stop decisions
+        "end_of_epoch",  # the end of an epoch: validated, best.pt written, stop decided
+        "after_epochs",  # inside the loop's `try:`, after the last epoch
         "except_clauses",  # the training loop's `except ...:` clauses, before its `finally:`
         "finally",  # the training loop's `finally:`, after the progress bar is closed
+        "after_final_weights",  # main(): final.pt written, before the curves
         "after_plot",  # main(): after the final weights and the curves
         "end_of_training",  # after teardown and the final weights: step, metrics, out_dir
     ),

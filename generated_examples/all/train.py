@@ -1033,6 +1033,12 @@ def main(argv: list[str] | None = None) -> dict:
                     out_dir / "best.pt", raw_model, meta, **best, metrics=metrics
                 )  # [compile]
 
+            # [callbacks] all ranks see the same metrics: all stop here
+            at = {"epoch": epoch + 1, "step": step}
+            if cb.run_hooks(callbacks, "on_validation_end", **at, metrics=metrics):
+                stop = True
+            cb.run_hooks(callbacks, "on_epoch_end", **at)
+
             # [early-stopping] all ranks see the same metrics: all stop here
             if epoch + 1 - best["epoch"] >= cfg.patience:
                 print(
@@ -1040,12 +1046,6 @@ def main(argv: list[str] | None = None) -> dict:
                     f"{cfg.patience} epochs"
                 )
                 stop = True
-
-            # [callbacks] all ranks see the same metrics: all stop here
-            at = {"epoch": epoch + 1, "step": step}
-            if cb.run_hooks(callbacks, "on_validation_end", **at, metrics=metrics):
-                stop = True
-            cb.run_hooks(callbacks, "on_epoch_end", **at)
 
             # [resume] an epoch cut short (--max-steps, a stop) goes on where it stopped
             at_epoch = epoch

@@ -544,6 +544,12 @@ def main(argv: list[str] | None = None) -> dict:
                 best = {"score": score, "epoch": epoch + 1}
                 save_weights(out_dir / "best.pt", model, meta, **best, metrics=metrics)
 
+            # [callbacks] all ranks see the same metrics: all stop here
+            at = {"epoch": epoch + 1, "step": step}
+            if cb.run_hooks(callbacks, "on_validation_end", **at, metrics=metrics):
+                stop = True
+            cb.run_hooks(callbacks, "on_epoch_end", **at)
+
             # [early-stopping] all ranks see the same metrics: all stop here
             if epoch + 1 - best["epoch"] >= cfg.patience:
                 print(
@@ -551,12 +557,6 @@ def main(argv: list[str] | None = None) -> dict:
                     f"{cfg.patience} epochs"
                 )
                 stop = True
-
-            # [callbacks] all ranks see the same metrics: all stop here
-            at = {"epoch": epoch + 1, "step": step}
-            if cb.run_hooks(callbacks, "on_validation_end", **at, metrics=metrics):
-                stop = True
-            cb.run_hooks(callbacks, "on_epoch_end", **at)
     except Exception as exc:  # [callbacks]
         # [callbacks] tell the callbacks, then let the exception propagate
         cb.run_hooks(callbacks, "on_exception", exc=exc)

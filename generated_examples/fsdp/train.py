@@ -705,6 +705,7 @@ def main(argv: list[str] | None = None) -> dict:
                     row["samples_per_s"] = samples / (time.perf_counter() - log_time)
                     log_metrics(row, metrics_path)
                     samples, log_time = 0, time.perf_counter()
+
                 if step >= total_steps:
                     stop = True
                     break

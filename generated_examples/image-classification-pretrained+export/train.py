@@ -99,13 +99,13 @@ class Config:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{flag(name)} must be > 0, got {getattr(self, name)}")
         non_negative = ["weight_decay", "warmup_steps", "max_grad_norm", "max_steps"]
-        # [pretrained] the backbone's learning rate and frozen epochs
-        non_negative += ["backbone_lr_scale", "freeze_backbone_epochs"]
-        non_negative += ["image_size"]  # [pretrained]
         if self.num_workers < -1:
             raise ValueError(
                 f"--num-workers must be >= 0 or -1 (auto), got {self.num_workers}"
             )
+        # [pretrained] the backbone's learning rate and frozen epochs
+        non_negative += ["backbone_lr_scale", "freeze_backbone_epochs"]
+        non_negative += ["image_size"]  # [pretrained]
         for name in non_negative:
             if not getattr(self, name) >= 0:
                 raise ValueError(
@@ -130,8 +130,6 @@ class Config:
             )
         if not 0 <= self.seed < 2**63:
             raise ValueError(f"--seed must be in [0, 2**63), got {self.seed}")
-        if self.weights and not Path(self.weights).is_file():
-            raise ValueError(f"--weights {self.weights!r}: no such file")
         index = self.device[5:]
         cuda_index = (
             self.device.startswith("cuda:") and index.isascii() and index.isdigit()
@@ -140,6 +138,10 @@ class Config:
             raise ValueError(
                 f"--device must be auto, cpu, cuda, cuda:N or mps, got {self.device!r}"
             )
+
+        # [pretrained] a weights file of one's own
+        if self.weights and not Path(self.weights).is_file():
+            raise ValueError(f"--weights {self.weights!r}: no such file")
 
 
 def flag(name: str) -> str:
@@ -517,6 +519,7 @@ def main(argv: list[str] | None = None) -> dict:
                     row["samples_per_s"] = samples / (time.perf_counter() - log_time)
                     log_metrics(row, metrics_path)
                     samples, log_time = 0, time.perf_counter()
+
                 if step >= total_steps:
                     stop = True
                     break

@@ -21,8 +21,8 @@ Run:
     python train.py --data-dir DATA      # your own data (see README.md)
     python train.py --help               # every Config field is a flag
     python train.py --config FILE        # fields from TOML, YAML or JSON; flags win
-    python train.py --model bert-base-cased  # [pretrained] another backbone
     torchrun --nproc-per-node 2 train.py # [ddp] a process per GPU (or CPU, gloo)
+    python train.py --model bert-base-cased  # [pretrained] another backbone
 """
 
 from __future__ import annotations
@@ -149,8 +149,6 @@ class Config:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{flag(name)} must be > 0, got {getattr(self, name)}")
         non_negative = ["weight_decay", "warmup_steps", "max_grad_norm", "max_steps"]
-        # [pretrained] the backbone's learning rate and frozen epochs
-        non_negative += ["backbone_lr_scale", "freeze_backbone_epochs"]
         if self.num_workers < -1:
             raise ValueError(
                 f"--num-workers must be >= 0 or -1 (auto), got {self.num_workers}"
@@ -158,6 +156,8 @@ class Config:
         non_negative += ["keep_checkpoints"]  # [resume]
         non_negative += ["max_hours"]  # [callbacks]
         non_negative += ["min_delta"]  # [early-stopping]
+        # [pretrained] the backbone's learning rate and frozen epochs
+        non_negative += ["backbone_lr_scale", "freeze_backbone_epochs"]
         for name in non_negative:
             if not getattr(self, name) >= 0:
                 raise ValueError(
@@ -1077,6 +1077,12 @@ def main(argv: list[str] | None = None) -> dict:
                     out_dir / "best.pt", raw_model, meta, **best, metrics=metrics
                 )  # [compile]
 
+            # [callbacks] all ranks see the same metrics: all stop here
+            at = {"epoch": epoch + 1, "step": step}
+            if cb.run_hooks(callbacks, "on_validation_end", **at, metrics=metrics):
+                stop = True
+            cb.run_hooks(callbacks, "on_epoch_end", **at)
+
             # [early-stopping] all ranks see the same metrics: all stop here
             if epoch + 1 - best["epoch"] >= cfg.patience:
                 print(
@@ -1084,12 +1090,6 @@ def main(argv: list[str] | None = None) -> dict:
                     f"{cfg.patience} epochs"
                 )
                 stop = True
-
-            # [callbacks] all ranks see the same metrics: all stop here
-            at = {"epoch": epoch + 1, "step": step}
-            if cb.run_hooks(callbacks, "on_validation_end", **at, metrics=metrics):
-                stop = True
-            cb.run_hooks(callbacks, "on_epoch_end", **at)
 
             # [resume] an epoch cut short (--max-steps, a stop) goes on where it stopped
             at_epoch = epoch

@@ -17,8 +17,8 @@ Run:
     python train.py --data-dir DATA      # your own data (see README.md)
     python train.py --help               # every Config field is a flag
     python train.py --config FILE        # fields from TOML, YAML or JSON; flags win
-    python train.py --model bert-base-cased  # [pretrained] another backbone
     torchrun --nproc-per-node 2 train.py # [fsdp] a process per GPU (or CPU, gloo)
+    python train.py --model bert-base-cased  # [pretrained] another backbone
 """
 
 from __future__ import annotations
@@ -150,13 +150,13 @@ class Config:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{flag(name)} must be > 0, got {getattr(self, name)}")
         non_negative = ["weight_decay", "warmup_steps", "max_grad_norm", "max_steps"]
-        # [pretrained] the backbone's learning rate and frozen epochs
-        non_negative += ["backbone_lr_scale", "freeze_backbone_epochs"]
         if self.num_workers < -1:
             raise ValueError(
                 f"--num-workers must be >= 0 or -1 (auto), got {self.num_workers}"
             )
         non_negative += ["keep_checkpoints"]  # [resume]
+        # [pretrained] the backbone's learning rate and frozen epochs
+        non_negative += ["backbone_lr_scale", "freeze_backbone_epochs"]
         for name in non_negative:
             if not getattr(self, name) >= 0:
                 raise ValueError(

@@ -107,12 +107,12 @@ class Config:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{flag(name)} must be > 0, got {getattr(self, name)}")
         non_negative = ["weight_decay", "warmup_steps", "max_grad_norm", "max_steps"]
-        # [pretrained] the backbone's learning rate and frozen epochs
-        non_negative += ["backbone_lr_scale", "freeze_backbone_epochs"]
         if self.num_workers < -1:
             raise ValueError(
                 f"--num-workers must be >= 0 or -1 (auto), got {self.num_workers}"
             )
+        # [pretrained] the backbone's learning rate and frozen epochs
+        non_negative += ["backbone_lr_scale", "freeze_backbone_epochs"]
         for name in non_negative:
             if not getattr(self, name) >= 0:
                 raise ValueError(
@@ -541,6 +541,7 @@ def main(argv: list[str] | None = None) -> dict:
                     row["samples_per_s"] = samples / (time.perf_counter() - log_time)
                     log_metrics(row, metrics_path)
                     samples, log_time = 0, time.perf_counter()
+
                 if step >= total_steps:
                     stop = True
                     break
