@@ -64,6 +64,9 @@ def main() -> None:
         blocks = sum(1 for f in features for _ in (f / "blocks").rglob("*.jinja"))
         files = sum(1 for f in features for p in (f / "files").rglob("*") if p.is_file())
         print(f"\n{len(features)} feature folders, {blocks} blocks, {files} files")
+        tasks = sorted(p.name for p in (root / "tasks").glob("*") if p.is_dir())
+        if tasks:
+            print(f"{len(tasks)} task folders: {', '.join(tasks)}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The feature and task catalogue, read by the CLI, the renderer and the tests.
 
 A feature is a folder, `templates/features/NAME/` (its `feature.toml` is the catalogue's entry);
-a team layer's features come in through scaffold/layers.py, in the same form.
+a team layer's features come in through scaffold/layers.py, in the same form. A task is a folder
+too, `templates/tasks/NAME/` (`task.toml`, and the task's data.py and model.py templates).
 """
 
 from __future__ import annotations
@@ -86,24 +87,32 @@ def load_features(templates: Path) -> dict[str, Feature]:
 _FEATURE_KEYS = {"order", "help", "requires", "conflicts", "packages", "config", "task_packages"}
 FEATURES: dict[str, Feature] = load_features(template_dir())
 
-TASKS: dict[str, Task] = {
-    t.name: t
-    for t in (
-        Task(
-            "image-classification",
-            "ImageFolder images, torchvision transforms, a small CNN or a torchvision model.",
-            packages=("torchvision>=0.19",),
-        ),
-        Task(
-            "text-classification",
-            "CSV/JSONL text and label, word vocabulary, transformer encoder, masked pooling.",
-        ),
-        Task(
-            "token-classification",
-            "CoNLL token/tag files, BIO tags, token accuracy and entity-level F1.",
-        ),
-    )
-}
+
+def load_tasks(templates: Path) -> dict[str, Task]:
+    """scaffold's tasks, read from `templates/tasks/NAME/task.toml` (order, help, packages), in
+    their `order`. A task folder also holds the task's `data.py.jinja` and `model.py.jinja`,
+    which the core templates of the same names include."""
+    found = []
+    for path in sorted((templates / "tasks").glob("*/task.toml")):
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            unknown = set(data) - {"order", "help", "packages"}
+            if unknown:
+                raise ValueError(f"unknown key {sorted(unknown)[0]!r}")
+            if not isinstance(data.get("order"), int) or not isinstance(data.get("help"), str):
+                raise ValueError("'order' (a number) and 'help' (a string) are required")
+            packages = _strings(data.get("packages", []), "packages")
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ValueError) as exc:
+            raise ScaffoldError(
+                f"{path} is damaged ({exc}): reinstall scaffold, or fix the task folder"
+            ) from None
+        found.append(
+            (data["order"], path.parent.name, Task(path.parent.name, data["help"], packages))
+        )
+    return {name: task for _, name, task in sorted(found)}
+
+
+TASKS: dict[str, Task] = load_tasks(template_dir())
 
 DEFAULT_TASK = "image-classification"
 

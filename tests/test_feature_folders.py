@@ -14,7 +14,7 @@ import pytest
 
 from conftest import REPO, TINY, run_train
 from scaffold.blocks import POINTS, Block, place
-from scaffold.catalogue import FEATURES, load_features
+from scaffold.catalogue import FEATURES, TASKS, load_features, load_tasks
 from scaffold.errors import ScaffoldError
 
 FEATURE_DIR = REPO / "templates" / "features"
@@ -53,6 +53,35 @@ def test_a_damaged_feature_toml_is_refused(tmp_path):
         (folder / "feature.toml").write_text(text)
         with pytest.raises(ScaffoldError, match=why):
             load_features(tmp_path)
+
+
+def test_every_task_is_a_folder_with_its_task_toml_data_and_model():
+    """Issue 40: a task is templates/tasks/NAME/ (task.toml, data.py.jinja, model.py.jinja), and
+    the core data.py and model.py include the chosen task's: no task is named in them."""
+    task_dir = REPO / "templates" / "tasks"
+    assert sorted(p.name for p in task_dir.iterdir() if p.is_dir()) == sorted(TASKS)
+    for name, task in TASKS.items():
+        data = tomllib.loads((task_dir / name / "task.toml").read_text())
+        assert task.help == data["help"] and task.packages == tuple(data.get("packages", ()))
+        assert {"data.py.jinja", "model.py.jinja"} <= {p.name for p in (task_dir / name).iterdir()}
+    for core in ("data.py.jinja", "model.py.jinja"):
+        text = (REPO / "templates" / "project" / core).read_text()
+        assert f'{{% include "tasks/" ~ task ~ "/{core}" %}}' in text
+        assert not any(name in text for name in TASKS), core
+    # data.py is the task's alone; model.py keeps the loading functions every task shares
+    assert "{% if image" not in (REPO / "templates" / "project" / "data.py.jinja").read_text()
+    orders = [tomllib.loads((task_dir / n / "task.toml").read_text())["order"] for n in TASKS]
+    assert orders == sorted(orders)
+
+
+def test_a_damaged_task_toml_is_refused(tmp_path):
+    for text, why in (("order = 1\n", "'help'"), ("order = 1\nhelp = 'x'\nrequires = []\n", "unknown key"),
+                      ("help = [", "is damaged"), ("order = 1\nhelp = 'x'\npackages = 'a'\n", "list")):
+        folder = tmp_path / "tasks" / "x"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "task.toml").write_text(text)
+        with pytest.raises(ScaffoldError, match=why):
+            load_tasks(tmp_path)
 
 
 def test_a_block_must_find_its_point():
