@@ -64,9 +64,11 @@ def main() -> None:
         blocks = sum(1 for f in features for _ in (f / "blocks").rglob("*.jinja"))
         files = sum(1 for f in features for p in (f / "files").rglob("*") if p.is_file())
         print(f"\n{len(features)} feature folders, {blocks} blocks, {files} files")
-        tasks = sorted(p.name for p in (root / "tasks").glob("*") if p.is_dir())
+        tasks = sorted(p for p in (root / "tasks").glob("*") if p.is_dir())
         if tasks:
-            print(f"{len(tasks)} task folders: {', '.join(tasks)}")
+            blocks = sum(1 for t in tasks for _ in (t / "blocks").rglob("*.jinja"))
+            names = ", ".join(t.name for t in tasks)
+            print(f"{len(tasks)} task folders ({names}), {blocks} blocks")
 
 
 if __name__ == "__main__":

@@ -28,12 +28,16 @@ POINTS: dict[str, tuple[str, ...]] = {
         "run_commands",  # the docstring's Run: commands, one line each
         "torch_imports",  # the end of the `from torch...` imports
         "imports",  # local-module imports, beside `from data import ...`
+        "task_imports",  # the task's `from data import ...` and `from model import ...`
         "optional_imports",  # after the imports: a missing package is one line to stderr
         "constants",  # module constants, after METRIC_COLUMNS
+        "task_config",  # Config: the task's data and model fields, after the synthetic sizes
         "feature_config",  # the features' Config fields, one paragraph each
         "config",  # extra Config fields, after scaffold's own
-        "positive_fields",  # Config.__post_init__: `positive += [...]`, the fields that must be > 0
+        "positive_fields",  # __post_init__: the task's `positive` list, features' `+= [...]` (> 0)
+        "task_checks",  # ... after `non_negative = [...]`: the task's fields and checks
         "non_negative_fields",  # ... and `non_negative += [...]`, those that must be >= 0
+        "task_value_checks",  # ... after the seed's check: the task's checks of values
         "config_checks",  # ... the end of the checks: one paragraph per check
         "setup_functions",  # top-level functions after select_device(): ddp's and fsdp's
         "after_setup_functions",  # ... after them: amp's setup_precision()
@@ -94,9 +98,11 @@ class Block:
     padded: bool = False  # a layer's: a blank line before and after
 
 
-def folders(root: Path, names) -> list[tuple[str, Path]]:
-    """(name, folder) of each feature in `names` that has a folder under root/features."""
-    return [(n, root / "features" / n) for n in names if (root / "features" / n).is_dir()]
+def folders(root: Path, names, task: str = "") -> list[Path]:
+    """The task's folder under root/tasks (first: its lines come before the features' at a
+    point), then each feature's in `names` that has one under root/features."""
+    found = [root / "tasks" / task] if task and (root / "tasks" / task).is_dir() else []
+    return found + [root / "features" / n for n in names if (root / "features" / n).is_dir()]
 
 
 def paths_under(folder: Path):
@@ -163,10 +169,11 @@ def _render_own(templates: Path, path: Path, context: dict) -> str:
 
 
 def own(templates: Path, features, context: dict) -> tuple[list[Block], dict[str, bytes]]:
-    """The blocks and files of scaffold's chosen features, from `templates/features/`."""
+    """The blocks and files of the project's task and of scaffold's chosen features, from
+    `templates/tasks/` and `templates/features/`."""
     blocks, files = [], {}
     context = {**context, "tags": functools.partial(tags, context["features"])}
-    for _, folder in folders(templates, features):
+    for folder in folders(templates, features, context.get("task", "")):
         for target, point, path in block_paths(folder):
             source = path.relative_to(templates).as_posix()
             why = unknown_point(target, point, core_points(templates))

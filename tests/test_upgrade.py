@@ -458,7 +458,7 @@ def next_templates(tmp_path_factory):
     (project / ".gitignore.jinja").unlink()  # a removed file
     (project / "requirements.txt.jinja").rename(project / "requirements-train.txt.jinja")
     renamed = 0
-    for path in project.rglob("*.jinja"):  # a renamed Config field and flag
+    for path in root.rglob("*.jinja"):  # a renamed Config field and flag (features, tasks too)
         text = path.read_text()
         new = (text.replace("log_every", "log_interval").replace("--log-every", "--log-interval")
                .replace("requirements.txt", "requirements-train.txt"))
