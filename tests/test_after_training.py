@@ -63,10 +63,24 @@ def test_train_evaluate_predict_export_as_the_readme_shows(tmp_path):
     assert (project / "runs/latest/export/model.onnx").is_file()
     assert "vocab" in json.loads((project / "runs/latest/export/preprocessing.json").read_text())
 
-    # refusals: one line, no traceback, nothing written
+    # data_info may carry keys of the user's own (issue 40): the checkpoint still loads
     checkpoint = project / "runs/latest/best.pt"
+    own_keys = run_script(project, "-c", textwrap.dedent("""
+        import torch
+        state = torch.load("runs/latest/best.pt", weights_only=True)
+        assert state["task"] == "text-classification"
+        state["data"]["label_weights"] = [1.0, 2.0]
+        torch.save(state, "runs/own-keys.pt")
+    """))
+    assert own_keys.returncode == 0, own_keys.stderr[-2000:]
+    evaluate = run_script(project, "evaluate.py", "runs/own-keys.pt")
+    assert evaluate.returncode == 0, evaluate.stderr[-2000:]
+    again = json.loads((project / "runs/eval-val.json").read_text())
+    assert (again["samples"], again["accuracy"]) == (results["samples"], results["accuracy"])
+
+    # refusals: one line, no traceback, nothing written; another task's file names its task
     refused = run_script(other, "evaluate.py", str(checkpoint))
-    assert_one_line_refusal(refused, "not a token-classification checkpoint")
+    assert_one_line_refusal(refused, "a text-classification checkpoint, not token-classification")
     damaged = tmp_path / "damaged.pt"
     damaged.write_bytes(checkpoint.read_bytes()[:500])
     refused = run_script(project, "export.py", str(damaged), "--format", "onnx")

@@ -872,6 +872,7 @@ def main(argv: list[str] | None = None) -> dict:
     except (OSError, ValueError) as exc:
         sys.exit(f"error: {exc}")
     meta = {"config": dataclasses.asdict(cfg), "data": data_info}  # in every .pt file
+    meta["task"] = "image-classification"  # evaluate.py refuses another task's files
     # [ddp] each rank trains and validates on its own shard (see shard())
     train_sampler, val_set = shard(train_set, val_set, rank, world_size, cfg.seed)
     batches_per_epoch = math.ceil(len(train_sampler) / cfg.batch_size)

@@ -486,6 +486,7 @@ def main(argv: list[str] | None = None) -> dict:
     except (OSError, ValueError) as exc:
         sys.exit(f"error: {exc}")
     meta = {"config": dataclasses.asdict(cfg), "data": data_info}  # in every .pt file
+    meta["task"] = "image-classification"  # evaluate.py refuses another task's files
     batches_per_epoch = math.ceil(len(train_set) / cfg.batch_size)
     val_loader = make_loader(val_set, cfg, device)
     # [grad-accum] the schedule counts optimizer updates, never micro-batches

@@ -65,12 +65,20 @@ def load_trained(path, device: torch.device):
             f"error: {path}: not a readable checkpoint ({reason});"
             " pass a run's best.pt or final.pt"
         ) from None
-    keys = {"classes"}
+    # what build_model needs of the data info; keys of your own may come with them
+    needed = {"classes"}
     fields = checkpoint.keys() if isinstance(checkpoint, dict) else set()
     data = checkpoint.get("data") if {"model", "config"} <= fields else None
     config = checkpoint.get("config") if data is not None else None
+    # the task train.py wrote it for (files of template versions before 27 name none)
+    task = checkpoint.get("task") if data is not None else None
+    if task not in (None, "image-classification"):
+        raise SystemExit(
+            f"error: {path}: a {task} checkpoint, not image-classification;"
+            " pass a best.pt or final.pt written by this project's train.py"
+        )
     if not (
-        isinstance(data, dict) and data.keys() == keys and isinstance(config, dict)
+        isinstance(data, dict) and needed <= data.keys() and isinstance(config, dict)
     ):
         raise SystemExit(
             f"error: {path}: not a image-classification checkpoint;"

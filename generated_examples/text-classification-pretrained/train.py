@@ -450,6 +450,7 @@ def main(argv: list[str] | None = None) -> dict:
     except (OSError, ValueError) as exc:
         sys.exit(f"error: {exc}")
     meta = {"config": dataclasses.asdict(cfg), "data": data_info}  # in every .pt file
+    meta["task"] = "text-classification"  # evaluate.py refuses another task's files
     collate = Collate(tokenizer)  # [pretrained] pads each batch to its longest sequence
     batches_per_epoch = math.ceil(len(train_set) / cfg.batch_size)
     val_loader = make_loader(val_set, cfg, device, collate)  # [pretrained]

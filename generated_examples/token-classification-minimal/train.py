@@ -458,6 +458,7 @@ def main(argv: list[str] | None = None) -> dict:
     except (OSError, ValueError) as exc:
         sys.exit(f"error: {exc}")
     meta = {"config": dataclasses.asdict(cfg), "data": data_info}  # in every .pt file
+    meta["task"] = "token-classification"  # evaluate.py refuses another task's files
     tag_names = data_info["tags"]
     batches_per_epoch = math.ceil(len(train_set) / cfg.batch_size)
     val_loader = make_loader(val_set, cfg, device)

@@ -908,6 +908,7 @@ def main(argv: list[str] | None = None) -> dict:
     except (OSError, ValueError) as exc:
         sys.exit(f"error: {exc}")
     meta = {"config": dataclasses.asdict(cfg), "data": data_info}  # in every .pt file
+    meta["task"] = "token-classification"  # evaluate.py refuses another task's files
     collate = Collate(tokenizer)  # [pretrained] pads each batch to its longest sequence
     tag_names = data_info["tags"]
     # [ddp] each rank trains and validates on its own shard (see shard())

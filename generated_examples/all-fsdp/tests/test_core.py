@@ -67,7 +67,7 @@ def test_config_file_with_unknown_key_or_wrong_type_is_refused(
 
 
 def test_loss_goes_down(tmp_path):
-    # 32 samples seen for 6 epochs: the last epoch's mean loss is well below the first's
+    # 32 samples, 6 epochs: the last epoch's loss well below the first's
     args = ["--synthetic-train-size", 32, "--epochs", 6, "--warmup-steps", 2]
     run_main(tmp_path, *args)
     train_rows, _ = read_metrics(tmp_path)

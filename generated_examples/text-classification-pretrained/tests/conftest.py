@@ -33,20 +33,23 @@ torch.set_num_threads(1)
 
 def save_tiny_pretrained(folder: Path) -> None:
     """[pretrained] A 2-layer BERT (width 32) with random weights and a WordPiece
-    tokenizer trained on the built-in data's words, saved with save_pretrained: what
-    --model reads instead of a download."""
+    tokenizer of the built-in data's words, saved with save_pretrained: what --model
+    reads instead of a download."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-    from tokenizers.trainers import WordPieceTrainer
     from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    corpus = [*data.TOPICS.values(), " ".join(data.FILLER)]
+    # A fixed vocabulary, the same in every process (a trained one is not: the
+    # tokenizers trainer breaks ties in hash order): the words, and each letter alone
+    # and as a continuation (##x), so that any other word splits into known pieces.
+    words = sorted({word for text in corpus for word in text.lower().split()})
+    letters = sorted(set("".join(words)))
+    pieces = [*specials, *words, *letters, *(f"##{c}" for c in letters)]
+    vocab = {piece: i for i, piece in enumerate(dict.fromkeys(pieces))}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    corpus = [*data.TOPICS.values(), " ".join(data.FILLER)]
-    tok.train_from_iterator(
-        corpus, WordPieceTrainer(vocab_size=150, special_tokens=specials)
-    )
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]

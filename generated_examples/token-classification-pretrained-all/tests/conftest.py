@@ -46,8 +46,8 @@ torch.set_num_threads(1)
 
 def save_tiny_pretrained(folder: Path) -> None:
     """[pretrained] A 2-layer BERT (width 32) with random weights and a WordPiece
-    tokenizer trained on the built-in data's words, saved with save_pretrained: what
-    --model reads instead of a download."""
+    tokenizer of the built-in data's words, saved with save_pretrained: what --model
+    reads instead of a download."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
     from tokenizers.trainers import WordPieceTrainer
     from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
