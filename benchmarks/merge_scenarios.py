@@ -80,8 +80,9 @@ def scripted(files, project):
 
 
 def label_smoothing(files, project):
-    return _sub(files, "train.py", "F.cross_entropy(logits, targets)",
-                "F.cross_entropy(logits, targets, label_smoothing=0.1)")
+    """The user's own loss, in model.py's summed_loss (the task's loss, which the loop calls)."""
+    return _sub(files, "model.py", 'F.cross_entropy(logits.float(), targets, reduction="sum")',
+                'F.cross_entropy(logits.float(), targets, reduction="sum", label_smoothing=0.1)', 1)
 
 
 def crlf(files, project):
@@ -222,7 +223,7 @@ def no_tests(files, project):
 SCENARIOS = [
     Scenario("scripted-edits", scripted, [("model.py", "self.classifier"), ("train.py", "# my speed-up"),
                                           ("augment.py", "def flip")]),
-    Scenario("label-smoothing", label_smoothing, [("train.py", "label_smoothing=0.1")],
+    Scenario("label-smoothing", label_smoothing, [("model.py", "label_smoothing=0.1")],
              modes=("add",)),
     Scenario("crlf", crlf, [("train.py", "\r\n")]),
     Scenario("crlf-mixed", crlf_mixed, [], check=lf_lines_kept),

@@ -74,7 +74,10 @@ POINTS: dict[str, tuple[str, ...]] = {
         "end_of_training",  # after teardown and the final weights: step, metrics, out_dir
     ),
     "data.py": ("end",),
-    "model.py": ("end",),
+    "model.py": (
+        "loss",  # after the model: the task's loss, what train.py's loop calls
+        "end",
+    ),
     "README.md": (
         "run",  # the end of the "Run" commands
         "outputs",  # the end of the "Outputs" list

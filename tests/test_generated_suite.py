@@ -200,7 +200,7 @@ MUTATIONS = {
     "grad-accum-last-window-scaled-as-full": Mutation(
         "all", "train.py",
         edit_statement(
-            "for _, targets in window", "sum(len(targets) for _, targets in window)",
+            "for batch in window", "sum(loss_count(batch) for batch in window)",
             "cfg.batch_size * cfg.grad_accum_steps",
         ),
         "test_grad_accum.py::test_shorter_last_window_is_scaled_by_its_real_size",
@@ -209,7 +209,7 @@ MUTATIONS = {
     "tokens-loss-divided-per-micro-batch": Mutation(
         "token-classification-all", "train.py",
         edit_statement(
-            "/ denominator", "/ denominator", "/ (targets != IGNORE_INDEX).sum() / len(window)"
+            "/ denominator", "/ denominator", "/ loss_count(batch) / len(window)"
         ),
         "test_grad_accum.py::test_k_micro_batches_give_the_gradient_of_one_batch_of_k_times_b",
     ),

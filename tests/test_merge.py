@@ -102,12 +102,11 @@ EDITS = [
     ("model.py", "self.head", "self.classifier", "all"),
     # change a config default (the most common edit of all)
     ("train.py", re.compile(r"    epochs: int = \d+  #"), "    epochs: int = 3  #", 1),
-    # a new metric inside the loop, and its metrics.csv column
-    ("train.py", '    "train_loss",\n', '    "train_loss",\n    "train_acc",\n', 1),
+    # a new metric inside the loop (of the update's last batch), and its metrics.csv column
+    ("train.py", '    "train_loss",\n', '    "train_loss",\n    "last_batch",\n', 1),
     ("train.py", '                row = {"step": step, "epoch": epoch + 1, "lr": lr}\n',
      '                row = {"step": step, "epoch": epoch + 1, "lr": lr}\n'
-     '                row["train_acc"] = (logits.argmax(-1) == targets).float().mean().item()'
-     "  # my metric\n", 1),
+     '                row["last_batch"] = batch_size(batch)  # my metric\n', 1),
     # a line next to a feature's insertion point (ddp rewrites the lines just around it), not on it
     ("train.py", "    torch.manual_seed(cfg.seed)\n",
      "    torch.manual_seed(cfg.seed)\n    torch.backends.cudnn.benchmark = True  # my speed-up\n", 1),
@@ -230,7 +229,7 @@ def test_every_feature_merges_into_edited_projects_of_every_task(tmp_path, monke
         assert res["ok"], (job["project"], res["error"][-2000:], res["stdout"][-1000:])
         with open(Path(job["args"][job["args"].index("--out-dir") + 1]) / "metrics.csv") as f:
             rows = list(csv.DictReader(f))
-        assert "train_acc" in rows[0] and rows[0]["train_acc"] != "", job["project"]  # my metric
+        assert "last_batch" in rows[0] and rows[0]["last_batch"] != "", job["project"]  # my metric
 
 
 # --- conflicts, through the real CLI -----------------------------------------------------------
@@ -241,8 +240,8 @@ def test_cli_edit_on_the_feature_lines_is_a_conflict(tmp_path):
     project = make_project(tmp_path / "p")
     train = project / "train.py"
     plain = train.read_text()
-    old = "                loss = F.cross_entropy(logits, targets)\n"
-    mine = "                loss = F.cross_entropy(logits, targets, label_smoothing=0.1)\n"
+    old = "                loss_sum, count = compute_loss(model, batch)\n"
+    mine = "                loss_sum, count = compute_loss(model, batch)  # my forward\n"
     assert plain.count(old) == 1  # amp moves exactly this line under `with autocast:`
     train.write_text(plain.replace(old, mine))
     commit_all(project)
@@ -261,7 +260,7 @@ def test_cli_edit_on_the_feature_lines_is_a_conflict(tmp_path):
     assert merged.count("<<<<<<< yours\n") == 1
     yours = merged.split("<<<<<<< yours\n")[1].split("||||||| base\n")[0]
     theirs = merged.split("=======\n")[1].split(">>>>>>> theirs\n")[0]
-    assert "label_smoothing=0.1" in yours and "with autocast:" in theirs
+    assert "# my forward" in yours and "with autocast:" in theirs
     assert resolve(merged, "theirs") == amp_train  # everything outside the markers is the feature's
     assert resolve(merged, "yours") != plain.replace(old, mine)  # the rest of amp did merge
     after, amp = snapshot(project), fresh(features=["amp"])

@@ -223,10 +223,24 @@ def test_exit_codes_mean_one_thing(tmp_path):
     assert out.exit_code == 0, out.output
     out = CliRunner().invoke(app, ["add", "feature", "amp", "--project", str(clean)])
     assert out.exit_code == 2 and "nothing to do" in out.stderr
-    project = edited_project(tmp_path, "label-smoothing")
+    project = make_project(tmp_path / "p", in_git=False)
+    train = project / "train.py"
+    forward = "                loss_sum, count = compute_loss(model, batch)\n"
+    train.write_text(train.read_text().replace(forward, forward[:-1] + "  # mine\n"))  # amp moves it
     out = CliRunner().invoke(app, ["add", "feature", "amp", "--project", str(project)])
     assert out.exit_code == 1 and "conflicts (1):" in out.stdout
     assert out.stdout.splitlines()[-1].startswith("feature 'amp' added with 1 conflict: resolve the markers")
+
+
+@pytest.mark.parametrize("feature", ["amp", "grad-accum", "ddp", "fsdp"])
+def test_your_own_loss_is_never_rewritten_by_a_feature(tmp_path, feature):
+    """Label smoothing in model.py's summed_loss: the loop calls compute_loss, the features wrap
+    the call, so adding amp, grad-accum, ddp or fsdp merges cleanly and keeps the user's loss."""
+    project = edited_project(tmp_path, "label-smoothing")
+    result, lines = change(project, feature)
+    assert result.exit_code == 0 and result.markers == 0, lines
+    assert "label_smoothing=0.1" in (project / "model.py").read_text()
+    assert (project / "train.py").read_bytes() == fresh(features=[feature])["train.py"]
 
 
 def test_no_markers_no_resolve_the_markers_and_conflicts_are_counted(tmp_path):

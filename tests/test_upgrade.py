@@ -413,6 +413,28 @@ def test_a_real_upgrade_keeps_edits_and_applies_the_template(tmp_path, tmp_path_
     assert code == 0 and "nothing to do" in stdout and read_tree(project) == before
 
 
+def test_an_edited_loss_line_that_moved_to_model_py_is_a_conflict_not_a_loss(tmp_path,
+                                                                            tmp_path_factory):
+    """Version 28 moved the loop's loss into model.py (compute_loss, summed_loss): a user who
+    had edited that line in train.py gets one conflict there, their line and the new call side
+    by side, and every other file upgraded; nothing is dropped silently."""
+    old_templates = _old_templates(27, tmp_path_factory)
+    project = write_project(tmp_path / NAME, templates=old_templates)
+    train = project / "train.py"
+    old = "                loss = F.cross_entropy(logits, targets)\n"
+    mine = "                loss = F.cross_entropy(logits, targets, label_smoothing=0.1)\n"
+    assert train.read_text().count(old) == 1
+    train.write_text(train.read_text().replace(old, mine))
+    commit_all(project)
+    code, stdout, stderr = cli("upgrade", "-p", str(project))
+    assert code == 1 and "train.py: 1 conflict" in stdout, stdout + stderr
+    merged = train.read_text()
+    yours = merged.split("<<<<<<< yours\n")[1].split("||||||| base\n")[0]
+    theirs = merged.split("=======\n")[1].split(">>>>>>> theirs\n")[0]
+    assert "label_smoothing=0.1" in yours and "compute_loss(model, batch)" in theirs
+    assert "def compute_loss(model, batch):" in (project / "model.py").read_text()
+
+
 @pytest.mark.slow
 def test_the_upgraded_project_passes_its_own_tests(tmp_path, tmp_path_factory):
     """The real CLI (a subprocess) upgrades an edited project; then its own pytest suite runs."""

@@ -47,7 +47,6 @@ from pathlib import Path
 import torch
 import torch.distributed as dist  # [fsdp]
 import torch.distributed.checkpoint as dcp  # [fsdp] [resume]
-import torch.nn.functional as F
 from torch.distributed.checkpoint.state_dict import (  # [fsdp] [resume]
     StateDictOptions,
     get_model_state_dict,
@@ -64,7 +63,7 @@ from tqdm import tqdm
 
 import callbacks as cb  # [callbacks]
 from data import build_datasets
-from model import build_model
+from model import build_model, compute_loss, loss_count, summed_loss  # [grad-accum]
 from plot import plot_curves
 
 METRIC_COLUMNS = [
@@ -605,6 +604,22 @@ def make_loader(
     )
 
 
+def to_device(batch, device):
+    """A batch on `device`: a tensor, or a tuple, list or dict of them (nested too)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {key: to_device(value, device) for key, value in batch.items()}
+    return type(batch)(to_device(value, device) for value in batch)
+
+
+def batch_size(batch) -> int:
+    """The samples in a batch: the length of its first tensor."""
+    while not isinstance(batch, torch.Tensor):
+        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
+    return len(batch)
+
+
 def build_optimizer(model, cfg: Config, total_steps: int):
     """AdamW (fused on CUDA: one kernel for all parameters), and its schedule in
     optimizer updates: linear warmup, cosine decay."""
@@ -667,14 +682,13 @@ def evaluate(model, loader, device, autocast) -> dict:  # [amp]
     totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss, correct, count
     # [fsdp] each forward gathers the weights from all ranks, so all ranks run as many
     most_batches = int(all_reduce_max(torch.tensor(len(loader), device=device)))
-    for inputs, targets in loader:
-        inputs = inputs.to(device, non_blocking=True)
-        targets = targets.to(device, non_blocking=True)
+    for batch in loader:
+        inputs, targets = to_device(batch, device)
         # [amp] validation runs in the training precision
         with autocast:
             logits = model(inputs)
 
-        loss = F.cross_entropy(logits.float(), targets, reduction="sum")
+        loss = summed_loss(logits, targets)
         correct = (logits.argmax(-1) == targets).sum()
         count = torch.tensor(len(targets), device=device)
         totals += torch.stack([loss, correct, count]).double()
@@ -1089,15 +1103,14 @@ def main(argv: list[str] | None = None) -> dict:
 
             loader = make_loader(train_set, cfg, device, order, loader_generator)
             for window in windows(loader, cfg.grad_accum_steps):  # [grad-accum]
-                # [grad-accum] losses / the whole window's size: K x b == a batch of K*b
-                denominator = sum(len(targets) for _, targets in window)
+                # [grad-accum] losses / the window's count: K x b == a batch of K*b
+                denominator = sum(loss_count(batch) for batch in window)
                 # [fsdp] [callbacks] [resume] one all-reduce: the count, the stop flags
                 flags = (stop_asked, bool(stop_signals))
                 denominator, raised = over_ranks(denominator, *flags, device=device)
                 window_loss = torch.zeros((), device=device)
-                for i, (inputs, targets) in enumerate(window):
-                    inputs = inputs.to(device, non_blocking=True)
-                    targets = targets.to(device, non_blocking=True)
+                for i, batch in enumerate(window):
+                    batch = to_device(batch, device)
                     # [fsdp] [compile] reduce-scatter, reshard in the last backward only
                     if distributed:
                         raw_model.set_requires_gradient_sync(i == len(window) - 1)
@@ -1105,15 +1118,11 @@ def main(argv: list[str] | None = None) -> dict:
 
                     # [amp] the forward pass in low precision, the loss scaled for fp16
                     with autocast:
-                        logits = model(inputs)
-                        loss = (
-                            F.cross_entropy(logits, targets, reduction="sum")
-                            / denominator
-                        )
+                        loss_sum, _ = compute_loss(model, batch)
+                    loss = loss_sum / denominator
                     scaler.scale(loss).backward()
-
                     window_loss += loss.detach()
-                    samples += len(inputs) * world_size  # [fsdp]
+                    samples += batch_size(batch) * world_size  # [fsdp]
                 update_loss = window_loss  # the loss of the whole window
                 batches_done += len(window)  # [resume]
 

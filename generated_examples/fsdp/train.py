@@ -36,7 +36,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist  # [fsdp]
-import torch.nn.functional as F
 from torch.distributed.checkpoint.state_dict import (  # [fsdp]
     StateDictOptions,
     get_model_state_dict,
@@ -48,7 +47,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset  # [fsdp]
 from tqdm import tqdm
 
 from data import build_datasets
-from model import build_model
+from model import build_model, compute_loss, summed_loss
 from plot import plot_curves
 
 METRIC_COLUMNS = [
@@ -510,6 +509,22 @@ def make_loader(
     )
 
 
+def to_device(batch, device):
+    """A batch on `device`: a tensor, or a tuple, list or dict of them (nested too)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {key: to_device(value, device) for key, value in batch.items()}
+    return type(batch)(to_device(value, device) for value in batch)
+
+
+def batch_size(batch) -> int:
+    """The samples in a batch: the length of its first tensor."""
+    while not isinstance(batch, torch.Tensor):
+        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
+    return len(batch)
+
+
 def build_optimizer(model, cfg: Config, total_steps: int):
     """AdamW (fused on CUDA: one kernel for all parameters), and its schedule in
     optimizer updates: linear warmup, cosine decay."""
@@ -559,11 +574,10 @@ def evaluate(model, loader, device) -> dict:
     totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss, correct, count
     # [fsdp] each forward gathers the weights from all ranks, so all ranks run as many
     most_batches = int(all_reduce_max(torch.tensor(len(loader), device=device)))
-    for inputs, targets in loader:
-        inputs = inputs.to(device, non_blocking=True)
-        targets = targets.to(device, non_blocking=True)
+    for batch in loader:
+        inputs, targets = to_device(batch, device)
         logits = model(inputs)
-        loss = F.cross_entropy(logits.float(), targets, reduction="sum")
+        loss = summed_loss(logits, targets)
         correct = (logits.argmax(-1) == targets).sum()
         count = torch.tensor(len(targets), device=device)
         totals += torch.stack([loss, correct, count]).double()
@@ -673,18 +687,14 @@ def main(argv: list[str] | None = None) -> dict:
             order = list(train_sampler)
 
             loader = make_loader(train_set, cfg, device, order, loader_generator)
-            for inputs, targets in loader:
-                inputs = inputs.to(device, non_blocking=True)
-                targets = targets.to(device, non_blocking=True)
-                count = len(targets)  # [fsdp]
+            for batch in loader:
+                batch = to_device(batch, device)
+                loss_sum, count = compute_loss(model, batch)
                 # [fsdp] one all-reduce per update: the count over all ranks
                 denominator, _ = over_ranks(count, device=device)
-                logits = model(inputs)
-                loss = (
-                    F.cross_entropy(logits, targets, reduction="sum") / denominator
-                )  # [fsdp]
+                loss = loss_sum / denominator  # [fsdp]
                 loss.backward()
-                samples += len(inputs) * world_size  # [fsdp]
+                samples += batch_size(batch) * world_size  # [fsdp]
                 update_loss = loss.detach()
                 losses_since_log += update_loss  # on the device: read at log steps only
                 sync_buffers(model)  # [fsdp] rank 0's buffers (BatchNorm statistics)

@@ -33,13 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch.nn.utils import clip_grad_norm_
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from data import build_datasets
-from model import build_model
+from model import build_model, compute_loss, summed_loss
 from plot import plot_curves
 
 METRIC_COLUMNS = [
@@ -339,6 +338,22 @@ def make_loader(
     )
 
 
+def to_device(batch, device):
+    """A batch on `device`: a tensor, or a tuple, list or dict of them (nested too)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {key: to_device(value, device) for key, value in batch.items()}
+    return type(batch)(to_device(value, device) for value in batch)
+
+
+def batch_size(batch) -> int:
+    """The samples in a batch: the length of its first tensor."""
+    while not isinstance(batch, torch.Tensor):
+        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
+    return len(batch)
+
+
 def build_optimizer(model, cfg: Config, total_steps: int):
     """AdamW (fused on CUDA: one kernel for all parameters), and its schedule in
     optimizer updates: linear warmup, cosine decay."""
@@ -381,11 +396,10 @@ def evaluate(model, loader, device) -> dict:
     """Loss and accuracy over the whole validation set: sums first, divided once."""
     model.eval()
     totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss, correct, count
-    for inputs, targets in loader:
-        inputs = inputs.to(device, non_blocking=True)
-        targets = targets.to(device, non_blocking=True)
+    for batch in loader:
+        inputs, targets = to_device(batch, device)
         logits = model(inputs)
-        loss = F.cross_entropy(logits.float(), targets, reduction="sum")
+        loss = summed_loss(logits, targets)
         correct = (logits.argmax(-1) == targets).sum()
         count = torch.tensor(len(targets), device=device)
         totals += torch.stack([loss, correct, count]).double()
@@ -474,13 +488,12 @@ def main(
             epoch_generator = torch.Generator().manual_seed(cfg.seed + epoch)
             order = torch.randperm(len(train_set), generator=epoch_generator).tolist()
             loader = make_loader(train_set, cfg, device, order, loader_generator)
-            for inputs, targets in loader:
-                inputs = inputs.to(device, non_blocking=True)
-                targets = targets.to(device, non_blocking=True)
-                logits = model(inputs)
-                loss = F.cross_entropy(logits, targets)
+            for batch in loader:
+                batch = to_device(batch, device)
+                loss_sum, count = compute_loss(model, batch)
+                loss = loss_sum / count  # the mean over the batch
                 loss.backward()
-                samples += len(inputs)
+                samples += batch_size(batch)
                 update_loss = loss.detach()
                 losses_since_log += update_loss  # on the device: read at log steps only
 

@@ -25,12 +25,11 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from sklearn.metrics import classification_report, confusion_matrix
 from torch.utils.data import DataLoader
 
 from data import build_eval_set, collate
-from model import best_device, load_trained
+from model import best_device, load_trained, summed_loss
 from plot import plot_confusion
 
 
@@ -51,13 +50,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 @torch.no_grad()
 def predict_split(model, loader, device):
-    """Summed loss (as train.py sums it), class probabilities and targets of every
-    sample."""
+    """Summed loss (model.py's summed_loss, as train.py validates), class probabilities
+    and targets of every sample."""
     loss_sum, probabilities, targets = 0.0, [], []
     for inputs, batch_targets in loader:
         inputs, batch_targets = inputs.to(device), batch_targets.to(device)
         logits = model(inputs).float()
-        loss_sum += F.cross_entropy(logits, batch_targets, reduction="sum").item()
+        loss_sum += summed_loss(logits, batch_targets).item()
         probabilities.append(logits.softmax(-1).cpu())
         targets.append(batch_targets.cpu())
     return loss_sum, torch.cat(probabilities), torch.cat(targets)

@@ -6,6 +6,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import AutoModelForSequenceClassification
 
@@ -57,6 +58,30 @@ def export(model: nn.Module, folder: Path, tokenizer) -> None:
     this code."""
     model.transformer.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+
+
+# --- the loss: what train.py's loop calls --------------------------------------------
+
+
+def compute_loss(model, batch):
+    """The loss summed over a batch, and what it is normalised by (loss_count). The loop
+    divides, by this count or by a whole accumulation window's; amp, grad-accum, ddp and
+    fsdp wrap this call and never change it: your own loss (label smoothing, class
+    weights, another head) goes here, or in summed_loss."""
+    inputs, targets = batch
+    return summed_loss(model(inputs), targets), loss_count(batch)
+
+
+def summed_loss(logits, targets) -> torch.Tensor:
+    """Cross-entropy summed over the batch: training and validation alike."""
+    return F.cross_entropy(logits.float(), targets, reduction="sum")
+
+
+def loss_count(batch) -> int:
+    """What a batch's loss is divided by: its samples. Read from the batch alone, with
+    no forward pass, so an accumulation window knows its size before any backward."""
+    _, targets = batch
+    return len(targets)
 
 
 def load_run_config(folder: Path) -> SimpleNamespace:

@@ -45,7 +45,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist  # [ddp]
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP  # [ddp]
 from torch.nn.utils import clip_grad_norm_
 from torch.utils.data import DataLoader, DistributedSampler, Subset  # [ddp]
@@ -54,7 +53,7 @@ from tqdm import tqdm
 
 import callbacks as cb  # [callbacks]
 from data import IGNORE_INDEX, build_datasets, collate, count_entities
-from model import build_model
+from model import build_model, compute_loss, loss_count, summed_loss  # [grad-accum]
 from plot import plot_curves
 
 METRIC_COLUMNS = [
@@ -514,6 +513,22 @@ def make_loader(
     )
 
 
+def to_device(batch, device):
+    """A batch on `device`: a tensor, or a tuple, list or dict of them (nested too)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {key: to_device(value, device) for key, value in batch.items()}
+    return type(batch)(to_device(value, device) for value in batch)
+
+
+def batch_size(batch) -> int:
+    """The samples in a batch: the length of its first tensor."""
+    while not isinstance(batch, torch.Tensor):
+        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
+    return len(batch)
+
+
 def build_optimizer(model, cfg: Config, total_steps: int):
     """AdamW (fused on CUDA: one kernel for all parameters), and its schedule in
     optimizer updates: linear warmup, cosine decay."""
@@ -569,30 +584,21 @@ def windows(batches, size: int):
 # --- validation and logging ----------------------------------------------------------
 
 
-def token_loss(logits, targets, reduction: str = "mean") -> torch.Tensor:
-    """Cross-entropy over the real tokens: padding positions hold IGNORE_INDEX."""
-    logits = logits.transpose(1, 2)  # (batch, tags, length), as cross_entropy wants
-    return F.cross_entropy(
-        logits, targets, ignore_index=IGNORE_INDEX, reduction=reduction
-    )
-
-
 @torch.no_grad()
 def evaluate(model, loader, device, autocast, tag_names) -> dict:  # [amp]
     """Loss and accuracy over the whole validation set: sums first, divided once."""
     model.eval()
     # loss, correct, tokens, true positive entities, predicted entities, gold entities
     totals = torch.zeros(6, dtype=torch.float64, device=device)
-    for inputs, targets in loader:
-        inputs = inputs.to(device, non_blocking=True)
-        targets = targets.to(device, non_blocking=True)
+    for batch in loader:
+        inputs, targets = to_device(batch, device)
         # [amp] validation runs in the training precision
         with autocast:
             logits = model(inputs)
 
         real = targets != IGNORE_INDEX
         predictions = logits.argmax(-1)
-        loss = token_loss(logits.float(), targets, "sum")
+        loss = summed_loss(logits, targets)
         tp, n_pred, n_gold = count_entities(predictions, targets, tag_names)
         correct = (predictions == targets)[real].sum().item()
         counts = [loss.item(), correct, real.sum().item(), tp, n_pred, n_gold]
@@ -971,30 +977,26 @@ def main(argv: list[str] | None = None) -> dict:
 
             loader = make_loader(train_set, cfg, device, order, loader_generator)
             for window in windows(loader, cfg.grad_accum_steps):  # [grad-accum]
-                # [grad-accum] losses / the whole window's size: K x b == a batch of K*b
+                # [grad-accum] losses / the window's count: K x b == a batch of K*b
                 # (tokens: the summed loss over the window's real, non-padding tokens)
-                denominator = sum(
-                    int((targets != IGNORE_INDEX).sum()) for _, targets in window
-                )
+                denominator = sum(loss_count(batch) for batch in window)
                 # [ddp] [callbacks] [resume] one all-reduce: the count, the stop flags
                 flags = (stop_asked, bool(stop_signals))
                 denominator, raised = over_ranks(denominator, *flags, device=device)
                 window_loss = torch.zeros((), device=device)
-                for i, (inputs, targets) in enumerate(window):
-                    inputs = inputs.to(device, non_blocking=True)
-                    targets = targets.to(device, non_blocking=True)
+                for i, batch in enumerate(window):
+                    batch = to_device(batch, device)
                     # [ddp] all-reduce in the window's last backward only (as no_sync)
                     if distributed:
                         ddp_model.require_backward_grad_sync = i == len(window) - 1
 
                     # [amp] the forward pass in low precision, the loss scaled for fp16
                     with autocast:
-                        logits = ddp_model(inputs)  # [ddp]
-                        loss = token_loss(logits, targets, "sum") / denominator
+                        loss_sum, _ = compute_loss(ddp_model, batch)  # [ddp]
+                    loss = loss_sum / denominator
                     scaler.scale(loss).backward()
-
                     window_loss += loss.detach()
-                    samples += len(inputs) * world_size  # [ddp]
+                    samples += batch_size(batch) * world_size  # [ddp]
                 update_loss = window_loss  # the loss of the whole window
                 batches_done += len(window)  # [resume]
 

@@ -4,9 +4,10 @@ per token."""
 from types import SimpleNamespace
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from data import PAD_ID
+from data import IGNORE_INDEX, PAD_ID
 
 
 class TokenTagger(nn.Module):
@@ -55,6 +56,34 @@ def build_model(cfg, data_info: dict) -> nn.Module:
         dropout=cfg.dropout,
         max_length=cfg.max_length,
     )
+
+
+# --- the loss: what train.py's loop calls --------------------------------------------
+
+
+def compute_loss(model, batch):
+    """The loss summed over a batch, and what it is normalised by (loss_count). The loop
+    divides, by this count or by a whole accumulation window's; amp, grad-accum, ddp and
+    fsdp wrap this call and never change it: your own loss (label smoothing, class
+    weights, another head) goes here, or in summed_loss."""
+    inputs, targets = batch
+    return summed_loss(model(inputs), targets), loss_count(batch)
+
+
+def summed_loss(logits, targets) -> torch.Tensor:
+    """Cross-entropy summed over the real tokens (padding positions hold IGNORE_INDEX):
+    training and validation alike."""
+    # (batch, tags, length), as cross_entropy wants
+    logits = logits.float().transpose(1, 2)
+    return F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="sum")
+
+
+def loss_count(batch) -> torch.Tensor:
+    """What a batch's loss is divided by: its real (non-padding) tokens. Read from the
+    batch alone, with no forward pass, so an accumulation window knows its size before
+    any backward; counted where the batch is, so the host never waits for the device."""
+    _, targets = batch
+    return (targets != IGNORE_INDEX).sum()
 
 
 def load_trained(path, device: torch.device):

@@ -6,10 +6,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import AutoModelForTokenClassification
 
-from data import load_tokenizer
+from data import IGNORE_INDEX, load_tokenizer
 
 
 class PretrainedTagger(nn.Module):
@@ -58,6 +59,34 @@ def export(model: nn.Module, folder: Path, tokenizer) -> None:
     this code."""
     model.transformer.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+
+
+# --- the loss: what train.py's loop calls --------------------------------------------
+
+
+def compute_loss(model, batch):
+    """The loss summed over a batch, and what it is normalised by (loss_count). The loop
+    divides, by this count or by a whole accumulation window's; amp, grad-accum, ddp and
+    fsdp wrap this call and never change it: your own loss (label smoothing, class
+    weights, another head) goes here, or in summed_loss."""
+    inputs, targets = batch
+    return summed_loss(model(inputs), targets), loss_count(batch)
+
+
+def summed_loss(logits, targets) -> torch.Tensor:
+    """Cross-entropy summed over the real tokens (padding positions hold IGNORE_INDEX):
+    training and validation alike."""
+    # (batch, tags, length), as cross_entropy wants
+    logits = logits.float().transpose(1, 2)
+    return F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="sum")
+
+
+def loss_count(batch) -> torch.Tensor:
+    """What a batch's loss is divided by: its real (non-padding) tokens. Read from the
+    batch alone, with no forward pass, so an accumulation window knows its size before
+    any backward; counted where the batch is, so the host never waits for the device."""
+    _, targets = batch
+    return (targets != IGNORE_INDEX).sum()
 
 
 def load_run_config(folder: Path) -> SimpleNamespace:

@@ -44,7 +44,6 @@ from pathlib import Path
 import torch
 import torch.distributed as dist  # [fsdp]
 import torch.distributed.checkpoint as dcp  # [fsdp] [resume]
-import torch.nn.functional as F
 from torch.distributed.checkpoint.state_dict import (  # [fsdp] [resume]
     StateDictOptions,
     get_model_state_dict,
@@ -65,12 +64,15 @@ from data import (  # [pretrained]
     count_entities,
     load_tokenizer,
 )
-from model import (  # [pretrained] [fsdp]
+from model import (
     build_model,
+    compute_loss,
     export,
     load_trained,
+    loss_count,
     split_parameters,
-)
+    summed_loss,
+)  # [pretrained] [fsdp] [grad-accum]
 from plot import plot_curves
 
 METRIC_COLUMNS = [
@@ -588,6 +590,22 @@ def make_loader(
     )
 
 
+def to_device(batch, device):
+    """A batch on `device`: a tensor, or a tuple, list or dict of them (nested too)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {key: to_device(value, device) for key, value in batch.items()}
+    return type(batch)(to_device(value, device) for value in batch)
+
+
+def batch_size(batch) -> int:
+    """The samples in a batch: the length of its first tensor."""
+    while not isinstance(batch, torch.Tensor):
+        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
+    return len(batch)
+
+
 def build_optimizer(model, cfg: Config, total_steps: int, frozen_steps: int):
     """[pretrained] AdamW with two parameter groups: the new head learns at --lr, the
     pretrained backbone at --lr x --backbone-lr-scale, and not at all (lr 0, so AdamW's
@@ -653,14 +671,6 @@ def windows(batches, size: int):
 # --- validation and logging ----------------------------------------------------------
 
 
-def token_loss(logits, targets, reduction: str = "mean") -> torch.Tensor:
-    """Cross-entropy over the real tokens: padding positions hold IGNORE_INDEX."""
-    logits = logits.transpose(1, 2)  # (batch, tags, length), as cross_entropy wants
-    return F.cross_entropy(
-        logits, targets, ignore_index=IGNORE_INDEX, reduction=reduction
-    )
-
-
 @torch.no_grad()
 def evaluate(model, loader, device, autocast, tag_names) -> dict:  # [amp]
     """Loss and accuracy over the whole validation set: sums first, divided once."""
@@ -669,16 +679,15 @@ def evaluate(model, loader, device, autocast, tag_names) -> dict:  # [amp]
     totals = torch.zeros(6, dtype=torch.float64, device=device)
     # [fsdp] each forward gathers the weights from all ranks, so all ranks run as many
     most_batches = int(all_reduce_max(torch.tensor(len(loader), device=device)))
-    for inputs, targets in loader:
-        inputs = inputs.to(device, non_blocking=True)
-        targets = targets.to(device, non_blocking=True)
+    for batch in loader:
+        inputs, targets = to_device(batch, device)
         # [amp] validation runs in the training precision
         with autocast:
             logits = model(inputs)
 
         real = targets != IGNORE_INDEX
         predictions = logits.argmax(-1)
-        loss = token_loss(logits.float(), targets, "sum")
+        loss = summed_loss(logits, targets)
         tp, n_pred, n_gold = count_entities(predictions, targets, tag_names)
         correct = (predictions == targets)[real].sum().item()
         counts = [loss.item(), correct, real.sum().item(), tp, n_pred, n_gold]
@@ -1077,18 +1086,15 @@ def main(argv: list[str] | None = None) -> dict:
                 train_set, cfg, device, collate, order, loader_generator
             )  # [pretrained]
             for window in windows(loader, cfg.grad_accum_steps):  # [grad-accum]
-                # [grad-accum] losses / the whole window's size: K x b == a batch of K*b
+                # [grad-accum] losses / the window's count: K x b == a batch of K*b
                 # (tokens: the summed loss over the window's real, non-padding tokens)
-                denominator = sum(
-                    int((targets != IGNORE_INDEX).sum()) for _, targets in window
-                )
+                denominator = sum(loss_count(batch) for batch in window)
                 # [fsdp] [resume] one all-reduce: the count, the stop flags
                 flags = (bool(stop_signals),)
                 denominator, raised = over_ranks(denominator, *flags, device=device)
                 window_loss = torch.zeros((), device=device)
-                for i, (inputs, targets) in enumerate(window):
-                    inputs = inputs.to(device, non_blocking=True)
-                    targets = targets.to(device, non_blocking=True)
+                for i, batch in enumerate(window):
+                    batch = to_device(batch, device)
                     # [fsdp] reduce-scatter, reshard in the last backward only
                     if distributed:
                         model.set_requires_gradient_sync(i == len(window) - 1)
@@ -1096,12 +1102,11 @@ def main(argv: list[str] | None = None) -> dict:
 
                     # [amp] the forward pass in low precision, the loss scaled for fp16
                     with autocast:
-                        logits = model(inputs)
-                        loss = token_loss(logits, targets, "sum") / denominator
+                        loss_sum, _ = compute_loss(model, batch)
+                    loss = loss_sum / denominator
                     scaler.scale(loss).backward()
-
                     window_loss += loss.detach()
-                    samples += len(inputs) * world_size  # [fsdp]
+                    samples += batch_size(batch) * world_size  # [fsdp]
                 update_loss = window_loss  # the loss of the whole window
                 batches_done += len(window)  # [resume]
 

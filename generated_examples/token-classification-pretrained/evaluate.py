@@ -28,7 +28,6 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from sklearn.metrics import confusion_matrix
 from torch.utils.data import DataLoader
 
@@ -39,7 +38,7 @@ from data import (  # [pretrained]
     entity_spans,
     load_tokenizer,
 )
-from model import best_device, load_trained
+from model import best_device, load_trained, summed_loss
 from plot import plot_confusion
 
 
@@ -64,16 +63,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 @torch.no_grad()
 def predict_split(model, loader, device):
-    """Summed token loss (as train.py sums it) and, per sentence, the target tag ids,
-    predicted tag ids and the probability of each predicted tag."""
+    """Summed token loss (model.py's summed_loss, as train.py validates) and, per
+    sentence, the target tag ids, predicted tag ids and the probability of each
+    predicted tag."""
     loss_sum, sentences = 0.0, []
     for inputs, targets in loader:
         inputs, targets = inputs.to(device), targets.to(device)
         logits = model(inputs).float()
-        loss = F.cross_entropy(
-            logits.transpose(1, 2), targets, ignore_index=IGNORE_INDEX, reduction="sum"
-        )
-        loss_sum += loss.item()
+        loss_sum += summed_loss(logits, targets).item()
         probabilities, predictions = logits.softmax(-1).max(-1)
         for gold, predicted, probs in zip(targets, predictions, probabilities):
             real = gold != IGNORE_INDEX
