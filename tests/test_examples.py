@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -176,3 +177,56 @@ def test_every_example_trains_a_few_steps(tmp_path, monkeypatch):
         assert result["ok"], f"{name}: {result['error']}\n{result['stdout']}"
         assert (tmp_path / name / "final.pt").exists()
         assert (tmp_path / name / "metrics.csv").exists()
+
+
+def config_comments(source: str) -> dict[str, str]:
+    """Each Config field's comment, read with tokenize (not the generated field_help): the one
+    on the field's line, else the comment lines right above it."""
+    import io
+    import tokenize
+
+    tree = ast.parse(source)
+    config = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Config")
+    comments: dict[int, str] = {}
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            comments[token.start[0]] = token.string[1:].strip()
+    lines = source.splitlines()
+    found = {}
+    for node in config.body:
+        if not isinstance(node, ast.AnnAssign):
+            continue
+        text = comments.get(node.end_lineno, "")
+        row = node.lineno - 1  # the line above, numbered from 1
+        while not text and lines[row - 1].strip().startswith("#"):
+            row -= 1
+        if not text:
+            text = " ".join(comments[r] for r in range(row + 1, node.lineno))
+        found[node.target.id] = text
+    return found
+
+
+@pytest.mark.parametrize("name", ["all", "token-classification-pretrained-all", "layer-acme"])
+def test_help_explains_every_flag_with_its_comment_and_default(name, tmp_path):
+    """`python train.py --help`: each Config field's flag with the field's comment (written once,
+    in Config) and its default."""
+    import shutil
+
+    project = shutil.copytree(ROOT / name, tmp_path / name)
+    source = (project / "train.py").read_text()
+    comments = config_comments(source)
+    assert len(comments) > 20 and all(comments.values()), [k for k, v in comments.items() if not v]
+    # wide: argparse wraps the help at the terminal's width, breaking words at hyphens
+    env = {**os.environ, "COLUMNS": "1000"}
+    out = subprocess.run([sys.executable, "train.py", "--help"], cwd=project, capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    help_text = " ".join(out.stdout.split())  # argparse wraps the lines
+    entries = help_text.split(" --")
+    for field, comment in comments.items():
+        flag = field.replace("_", "-")
+        # a bool's entry is "--flag, --no-flag TEXT": its text follows --no-flag
+        entry = next((e for e in entries if e.startswith((f"{flag} ", f"no-{flag} "))), None)
+        assert entry is not None, flag
+        assert " ".join(comment.split()) in entry, (flag, comment, entry)
+        assert "(default: " in entry, (flag, entry)

@@ -114,17 +114,18 @@ EDITS = [
     ("train.py", re.compile(
         r"            parser\.add_argument\(\n                flag\(field\.name\),\n"
         r"                action=argparse\.BooleanOptionalAction,\n"
-        r"                default=field\.default,\n            \)\n"),
+        r"                default=field\.default,\n                help=text,\n            \)\n"),
      "            parser.add_argument(flag(field.name), action=argparse.BooleanOptionalAction, "
-     "default=field.default)\n", 1),
+     "default=field.default, help=text)\n", 1),
     ("train.py", re.compile(
         r"            parser\.add_argument\(\n                flag\(field\.name\),\n"
         r"                type=type\(field\.default\),\n"
         r"                default=field\.default,\n"
-        r"                metavar=type\(field\.default\)\.__name__\.upper\(\),\n            \)\n"),
+        r"                metavar=type\(field\.default\)\.__name__\.upper\(\),\n"
+        r"                help=text,\n            \)\n"),
      "            parser.add_argument(flag(field.name), type=type(field.default), "
      "default=field.default,\n"
-     "                                metavar=type(field.default).__name__.upper())\n", 1),
+     "                                metavar=type(field.default).__name__.upper(), help=text)\n", 1),
 ]
 NEW_FILE = ("augment.py", b'"""My own augmentation."""\n\n\ndef flip(images):\n    return images.flip(-1)\n')
 DELETED = ".gitignore"  # a generated file no feature changes

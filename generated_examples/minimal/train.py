@@ -12,7 +12,7 @@ added (README.md says how a tag covers a block).
 Run:
     python train.py                      # built-in synthetic data, no download
     python train.py --data-dir DATA      # your own data (see README.md)
-    python train.py --help               # every Config field is a flag
+    python train.py --help               # every Config field: its flag and comment
     python train.py --config FILE        # fields from TOML, YAML or JSON; flags win
 """
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import inspect
 import json
 import math
 import os
@@ -148,12 +149,16 @@ def parse_config(argv: list[str] | None = None) -> Config:
     parser.add_argument(
         "--config", metavar="FILE", help="TOML, YAML or JSON file of fields"
     )
+    helps = field_help()
     for field in dataclasses.fields(Config):
+        text = f"{helps.get(field.name, '')} (default: {field.default!r})"
+        text = text.replace("%", "%%")  # argparse formats the help with %
         if isinstance(field.default, bool):
             parser.add_argument(
                 flag(field.name),
                 action=argparse.BooleanOptionalAction,
                 default=field.default,
+                help=text,
             )
         else:
             parser.add_argument(
@@ -161,6 +166,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
                 type=type(field.default),
                 default=field.default,
                 metavar=type(field.default).__name__.upper(),
+                help=text,
             )
     args = parser.parse_args(argv)  # an unknown flag is an error, not ignored
     if args.config:
@@ -176,6 +182,24 @@ def parse_config(argv: list[str] | None = None) -> Config:
         return Config(**values)
     except ValueError as exc:
         parser.error(str(exc))
+
+
+def field_help() -> dict[str, str]:
+    """Each Config field's comment in this file: the one on its line, else the lines
+    just above it. --help shows them: a field is documented once, where it is defined.
+    """
+    helps, above = {}, []
+    fields = inspect.getsource(Config).split("    def __post_init__")[0]
+    for line in fields.splitlines()[1:]:
+        line = line.strip()
+        if line.startswith("#"):
+            above.append(line[1:].strip())
+            continue
+        name, colon, rest = line.partition(":")
+        if colon and name.isidentifier():
+            helps[name] = rest.partition("  # ")[2] or " ".join(above)
+        above = []
+    return helps
 
 
 def read_config_file(path: str) -> dict:

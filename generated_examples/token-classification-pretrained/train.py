@@ -11,7 +11,7 @@ added (README.md says how a tag covers a block).
 Run:
     python train.py                      # built-in synthetic data, no download
     python train.py --data-dir DATA      # your own data (see README.md)
-    python train.py --help               # every Config field is a flag
+    python train.py --help               # every Config field: its flag and comment
     python train.py --config FILE        # fields from TOML, YAML or JSON; flags win
     python train.py --model bert-base-cased  # [pretrained] another backbone
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import inspect
 import json
 import math
 import os
@@ -74,9 +75,7 @@ class Config:
     data_dir: str = ""  # your data (see README.md); empty: built-in synthetic data
     synthetic_train_size: int = 1000  # built-in training samples
     synthetic_val_size: int = 500  # built-in validation samples
-    max_length: int = (
-        128  # [pretrained] longer texts are truncated to this many sub-words
-    )
+    max_length: int = 128  # [pretrained] longer texts are cut to this many sub-words
     # DataLoader worker processes; -1: 0 on the CPU (measured faster there: workers
     # compete with training for the cores), on a GPU min(8, CPUs per process)
     num_workers: int = -1
@@ -164,12 +163,16 @@ def parse_config(argv: list[str] | None = None) -> Config:
     parser.add_argument(
         "--config", metavar="FILE", help="TOML, YAML or JSON file of fields"
     )
+    helps = field_help()
     for field in dataclasses.fields(Config):
+        text = f"{helps.get(field.name, '')} (default: {field.default!r})"
+        text = text.replace("%", "%%")  # argparse formats the help with %
         if isinstance(field.default, bool):
             parser.add_argument(
                 flag(field.name),
                 action=argparse.BooleanOptionalAction,
                 default=field.default,
+                help=text,
             )
         else:
             parser.add_argument(
@@ -177,6 +180,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
                 type=type(field.default),
                 default=field.default,
                 metavar=type(field.default).__name__.upper(),
+                help=text,
             )
     args = parser.parse_args(argv)  # an unknown flag is an error, not ignored
     if args.config:
@@ -192,6 +196,24 @@ def parse_config(argv: list[str] | None = None) -> Config:
         return Config(**values)
     except ValueError as exc:
         parser.error(str(exc))
+
+
+def field_help() -> dict[str, str]:
+    """Each Config field's comment in this file: the one on its line, else the lines
+    just above it. --help shows them: a field is documented once, where it is defined.
+    """
+    helps, above = {}, []
+    fields = inspect.getsource(Config).split("    def __post_init__")[0]
+    for line in fields.splitlines()[1:]:
+        line = line.strip()
+        if line.startswith("#"):
+            above.append(line[1:].strip())
+            continue
+        name, colon, rest = line.partition(":")
+        if colon and name.isidentifier():
+            helps[name] = rest.partition("  # ")[2] or " ".join(above)
+        above = []
+    return helps
 
 
 def read_config_file(path: str) -> dict:
