@@ -85,6 +85,15 @@ def label_smoothing(files, project):
                 'F.cross_entropy(logits.float(), targets, reduction="sum", label_smoothing=0.1)', 1)
 
 
+def own_metric(files, project):
+    """The user's own validation metric, in model.py's validation_metrics (the task's metrics,
+    which train.py's evaluate() returns), and its column in train.py's METRIC_COLUMNS."""
+    files = _sub(files, "model.py", 'return {"val_loss": loss / count, "val_acc": correct / count}',
+                 'return {"val_loss": loss / count, "val_acc": correct / count, '
+                 '"val_error": 1 - correct / count}', 1)
+    return _sub(files, "train.py", '    "val_acc",\n]', '    "val_acc",\n    "val_error",\n]', 1)
+
+
 def crlf(files, project):
     return {**files, "train.py": files["train.py"].replace(b"\n", b"\r\n")}
 
@@ -224,6 +233,8 @@ SCENARIOS = [
     Scenario("scripted-edits", scripted, [("model.py", "self.classifier"), ("train.py", "# my speed-up"),
                                           ("augment.py", "def flip")]),
     Scenario("label-smoothing", label_smoothing, [("model.py", "label_smoothing=0.1")],
+             modes=("add",)),
+    Scenario("own-metric", own_metric, [("model.py", '"val_error"'), ("train.py", '"val_error"')],
              modes=("add",)),
     Scenario("crlf", crlf, [("train.py", "\r\n")]),
     Scenario("crlf-mixed", crlf_mixed, [], check=lf_lines_kept),

@@ -7,6 +7,7 @@ formatting and encoding kept, exit codes that mean one thing, backups that do no
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import os
 import re
@@ -241,6 +242,40 @@ def test_your_own_loss_is_never_rewritten_by_a_feature(tmp_path, feature):
     assert result.exit_code == 0 and result.markers == 0, lines
     assert "label_smoothing=0.1" in (project / "model.py").read_text()
     assert (project / "train.py").read_bytes() == fresh(features=[feature])["train.py"]
+
+
+@pytest.mark.parametrize("feature", ["amp", "grad-accum", "ddp", "fsdp"])
+def test_your_own_metric_is_never_rewritten_by_a_feature(tmp_path, feature):
+    """A metric of the user's own in model.py's validation_metrics: evaluate() calls the task's
+    validation_sums and validation_metrics, the features wrap the calls and sum over ranks, so
+    adding amp, grad-accum, ddp or fsdp merges cleanly and keeps the metric and its column."""
+    project = edited_project(tmp_path, "own-metric")
+    result, lines = change(project, feature)
+    assert result.exit_code == 0 and result.markers == 0, lines
+    assert '"val_error": 1 - correct / count' in (project / "model.py").read_text()
+    columns = '    "val_acc",\n]'
+    expected = fresh(features=[feature])["train.py"].decode().replace(columns, columns[:-1] + '    "val_error",\n]')
+    assert (project / "train.py").read_text() == expected
+
+
+@pytest.mark.slow
+def test_your_own_metric_is_logged_by_two_ranks(tmp_path):
+    """The own-metric edit, then ddp added: two gloo ranks (torchrun) train, and every epoch's
+    row of metrics.csv has the user's val_error, from the totals summed over both shards."""
+    from conftest import TINY
+
+    project = edited_project(tmp_path, "own-metric")
+    assert change(project, "ddp")[0].markers == 0
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    proc = subprocess.run([*torchrun, "train.py", *TINY, "--synthetic-val-size", "37", "--epochs", "2",
+                           "--out-dir", "run"], cwd=project, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(project / "run" / "metrics.csv") as f:
+        rows = [row for row in csv.DictReader(f) if row["val_loss"]]
+    assert len(rows) == 2
+    for row in rows:
+        assert float(row["val_error"]) == pytest.approx(1 - float(row["val_acc"]), abs=1e-12), row
 
 
 def test_no_markers_no_resolve_the_markers_and_conflicts_are_counted(tmp_path):

@@ -49,7 +49,7 @@ def build_model(cfg, data_info: dict) -> nn.Module:
     return torchvision.models.get_model(cfg.arch, weights=None, num_classes=num_classes)
 
 
-# --- the loss: what train.py's loop calls --------------------------------------------
+# --- the loss and the metrics: what train.py's loop calls ----------------------------
 
 
 def compute_loss(model, batch):
@@ -71,6 +71,23 @@ def loss_count(batch) -> int:
     no forward pass, so an accumulation window knows its size before any backward."""
     _, targets = batch
     return len(targets)
+
+
+def validation_sums(model, batch, data_info: dict) -> torch.Tensor:
+    """A validation batch's loss, correct predictions and samples. train.py's evaluate()
+    adds them up over the whole set (and every rank) and hands them to
+    validation_metrics; data_info is what data.py's build_datasets returned."""
+    inputs, targets = batch
+    logits = model(inputs)
+    correct = (logits.argmax(-1) == targets).sum()
+    count = torch.tensor(len(targets), device=targets.device)
+    return torch.stack([summed_loss(logits, targets), correct, count]).double()
+
+
+def validation_metrics(sums: torch.Tensor) -> dict:
+    """What train.py logs (and selects best.pt by), from validation_sums' totals."""
+    loss, correct, count = sums.tolist()
+    return {"val_loss": loss / count, "val_acc": correct / count}
 
 
 def load_trained(path, device: torch.device):

@@ -44,7 +44,13 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset  # [ddp]
 from tqdm import tqdm
 
 from data import build_datasets
-from model import build_model, compute_loss, loss_count, summed_loss  # [grad-accum]
+from model import (
+    build_model,
+    compute_loss,
+    loss_count,
+    validation_metrics,
+    validation_sums,
+)  # [grad-accum]
 from plot import plot_curves
 
 METRIC_COLUMNS = [
@@ -529,23 +535,19 @@ def windows(batches, size: int):
 
 
 @torch.no_grad()
-def evaluate(model, loader, device) -> dict:
-    """Loss and accuracy over the whole validation set: sums first, divided once."""
+def evaluate(model, loader, device, data_info) -> dict:
+    """The task's metrics over the whole validation set (model.py's validation_sums and
+    validation_metrics): sums first, divided once."""
     model.eval()
-    totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss, correct, count
+    totals = 0
     for batch in loader:
-        inputs, targets = to_device(batch, device)
-        logits = model(inputs)
-        loss = summed_loss(logits, targets)
-        correct = (logits.argmax(-1) == targets).sum()
-        count = torch.tensor(len(targets), device=device)
-        totals += torch.stack([loss, correct, count]).double()
+        batch = to_device(batch, device)
+        totals += validation_sums(model, batch, data_info)
     # [ddp] each rank saw a disjoint shard: the sums over all ranks are exact
     all_reduce_sum(totals)
 
     model.train()
-    loss, correct, count = totals.tolist()
-    return {"val_loss": loss / count, "val_acc": correct / count}
+    return validation_metrics(totals)
 
 
 def log_metrics(row: dict, csv_path: Path) -> None:
@@ -688,7 +690,7 @@ def main(argv: list[str] | None = None) -> dict:
                     break
 
             # --- validation, once per epoch ---
-            metrics = evaluate(model, val_loader, device)
+            metrics = evaluate(model, val_loader, device, data_info)
             row = {"step": step, "epoch": epoch + 1, **metrics}
             log_metrics(row, metrics_path)
             score = metrics["val_loss"]  # lower is better

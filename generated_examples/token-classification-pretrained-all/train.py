@@ -54,20 +54,15 @@ from torch.utils.tensorboard import SummaryWriter  # [tensorboard]
 from tqdm import tqdm
 
 import callbacks as cb  # [callbacks]
-from data import (  # [pretrained]
-    IGNORE_INDEX,
-    Collate,
-    build_datasets,
-    count_entities,
-    load_tokenizer,
-)
+from data import Collate, build_datasets, load_tokenizer  # [pretrained]
 from model import (
     build_model,
     compute_loss,
     export,
     loss_count,
     split_parameters,
-    summed_loss,
+    validation_metrics,
+    validation_sums,
 )  # [pretrained] [grad-accum]
 from plot import plot_curves
 
@@ -628,31 +623,21 @@ def windows(batches, size: int):
 
 
 @torch.no_grad()
-def evaluate(model, loader, device, autocast, tag_names) -> dict:  # [amp]
-    """Loss and accuracy over the whole validation set: sums first, divided once."""
+def evaluate(model, loader, device, data_info, autocast) -> dict:  # [amp]
+    """The task's metrics over the whole validation set (model.py's validation_sums and
+    validation_metrics): sums first, divided once."""
     model.eval()
-    # loss, correct, tokens, true positive entities, predicted entities, gold entities
-    totals = torch.zeros(6, dtype=torch.float64, device=device)
+    totals = 0
     for batch in loader:
-        inputs, targets = to_device(batch, device)
+        batch = to_device(batch, device)
         # [amp] validation runs in the training precision
         with autocast:
-            logits = model(inputs)
-
-        real = targets != IGNORE_INDEX
-        predictions = logits.argmax(-1)
-        loss = summed_loss(logits, targets)
-        tp, n_pred, n_gold = count_entities(predictions, targets, tag_names)
-        correct = (predictions == targets)[real].sum().item()
-        counts = [loss.item(), correct, real.sum().item(), tp, n_pred, n_gold]
-        totals += torch.tensor(counts, dtype=torch.float64, device=device)
+            totals += validation_sums(model, batch, data_info)
     # [ddp] each rank saw a disjoint shard: the sums over all ranks are exact
     all_reduce_sum(totals)
 
     model.train()
-    loss, correct, count, tp, n_pred, n_gold = totals.tolist()
-    f1 = 2 * tp / (n_pred + n_gold) if n_pred + n_gold else 0.0
-    return {"val_loss": loss / count, "val_acc": correct / count, "val_f1": f1}
+    return validation_metrics(totals)
 
 
 def log_metrics(row: dict, csv_path: Path, tb_writer) -> None:  # [tensorboard]
@@ -945,7 +930,6 @@ def main(argv: list[str] | None = None) -> dict:
     meta = {"config": dataclasses.asdict(cfg), "data": data_info}  # in every .pt file
     meta["task"] = "token-classification"  # evaluate.py refuses another task's files
     collate = Collate(tokenizer)  # [pretrained] pads each batch to its longest sequence
-    tag_names = data_info["tags"]
     # [ddp] each rank trains and validates on its own shard (see shard())
     train_sampler, val_set = shard(train_set, val_set, rank, world_size, cfg.seed)
     batches_per_epoch = math.ceil(len(train_sampler) / cfg.batch_size)
@@ -1095,7 +1079,7 @@ def main(argv: list[str] | None = None) -> dict:
 
             # --- validation, once per epoch ---
             metrics = evaluate(
-                raw_model, val_loader, device, autocast, tag_names
+                raw_model, val_loader, device, data_info, autocast
             )  # [amp] [compile]
             row = {"step": step, "epoch": epoch + 1, **metrics}
             log_metrics(row, metrics_path, tb_writer)  # [tensorboard]

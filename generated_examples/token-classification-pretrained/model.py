@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import AutoModelForTokenClassification
 
-from data import IGNORE_INDEX, load_tokenizer
+from data import IGNORE_INDEX, count_entities, load_tokenizer
 
 
 class PretrainedTagger(nn.Module):
@@ -61,7 +61,7 @@ def export(model: nn.Module, folder: Path, tokenizer) -> None:
     tokenizer.save_pretrained(folder)
 
 
-# --- the loss: what train.py's loop calls --------------------------------------------
+# --- the loss and the metrics: what train.py's loop calls ----------------------------
 
 
 def compute_loss(model, batch):
@@ -87,6 +87,30 @@ def loss_count(batch) -> torch.Tensor:
     any backward; counted where the batch is, so the host never waits for the device."""
     _, targets = batch
     return (targets != IGNORE_INDEX).sum()
+
+
+def validation_sums(model, batch, data_info: dict) -> torch.Tensor:
+    """A validation batch's loss, correct and real tokens, and true positive, predicted
+    and gold entities. train.py's evaluate() adds them up over the whole set (and every
+    rank) and hands them to validation_metrics; data_info is what data.py's
+    build_datasets returned (its tag names)."""
+    inputs, targets = batch
+    logits = model(inputs)
+    real = targets != IGNORE_INDEX
+    predictions = logits.argmax(-1)
+    loss = summed_loss(logits, targets)
+    correct = (predictions == targets)[real].sum()
+    tp, n_pred, n_gold = count_entities(predictions, targets, data_info["tags"])
+    sums = [loss.item(), correct.item(), real.sum().item(), tp, n_pred, n_gold]
+    return torch.tensor(sums, dtype=torch.float64, device=targets.device)
+
+
+def validation_metrics(sums: torch.Tensor) -> dict:
+    """What train.py logs (and selects best.pt by), from validation_sums' totals:
+    the entity F1 is exact (micro, over the whole set), not a mean over batches."""
+    loss, correct, count, tp, n_pred, n_gold = sums.tolist()
+    f1 = 2 * tp / (n_pred + n_gold) if n_pred + n_gold else 0.0
+    return {"val_loss": loss / count, "val_acc": correct / count, "val_f1": f1}
 
 
 def load_run_config(folder: Path) -> SimpleNamespace:

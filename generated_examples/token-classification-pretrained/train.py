@@ -38,19 +38,14 @@ from torch.nn.utils import clip_grad_norm_
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from data import (  # [pretrained]
-    IGNORE_INDEX,
-    Collate,
-    build_datasets,
-    count_entities,
-    load_tokenizer,
-)
+from data import Collate, build_datasets, load_tokenizer  # [pretrained]
 from model import (
     build_model,
     compute_loss,
     export,
     split_parameters,
-    summed_loss,
+    validation_metrics,
+    validation_sums,
 )  # [pretrained]
 from plot import plot_curves
 
@@ -441,25 +436,16 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
 
 
 @torch.no_grad()
-def evaluate(model, loader, device, tag_names) -> dict:
-    """Loss and accuracy over the whole validation set: sums first, divided once."""
+def evaluate(model, loader, device, data_info) -> dict:
+    """The task's metrics over the whole validation set (model.py's validation_sums and
+    validation_metrics): sums first, divided once."""
     model.eval()
-    # loss, correct, tokens, true positive entities, predicted entities, gold entities
-    totals = torch.zeros(6, dtype=torch.float64, device=device)
+    totals = 0
     for batch in loader:
-        inputs, targets = to_device(batch, device)
-        logits = model(inputs)
-        real = targets != IGNORE_INDEX
-        predictions = logits.argmax(-1)
-        loss = summed_loss(logits, targets)
-        tp, n_pred, n_gold = count_entities(predictions, targets, tag_names)
-        correct = (predictions == targets)[real].sum().item()
-        counts = [loss.item(), correct, real.sum().item(), tp, n_pred, n_gold]
-        totals += torch.tensor(counts, dtype=torch.float64, device=device)
+        batch = to_device(batch, device)
+        totals += validation_sums(model, batch, data_info)
     model.train()
-    loss, correct, count, tp, n_pred, n_gold = totals.tolist()
-    f1 = 2 * tp / (n_pred + n_gold) if n_pred + n_gold else 0.0
-    return {"val_loss": loss / count, "val_acc": correct / count, "val_f1": f1}
+    return validation_metrics(totals)
 
 
 def log_metrics(row: dict, csv_path: Path) -> None:
@@ -508,7 +494,6 @@ def main(argv: list[str] | None = None) -> dict:
     meta = {"config": dataclasses.asdict(cfg), "data": data_info}  # in every .pt file
     meta["task"] = "token-classification"  # evaluate.py refuses another task's files
     collate = Collate(tokenizer)  # [pretrained] pads each batch to its longest sequence
-    tag_names = data_info["tags"]
     batches_per_epoch = math.ceil(len(train_set) / cfg.batch_size)
     val_loader = make_loader(val_set, cfg, device, collate)  # [pretrained]
     total_steps = batches_per_epoch * cfg.epochs
@@ -581,7 +566,7 @@ def main(argv: list[str] | None = None) -> dict:
                     break
 
             # --- validation, once per epoch ---
-            metrics = evaluate(model, val_loader, device, tag_names)
+            metrics = evaluate(model, val_loader, device, data_info)
             row = {"step": step, "epoch": epoch + 1, **metrics}
             log_metrics(row, metrics_path)
             score = metrics["val_loss"]  # lower is better
