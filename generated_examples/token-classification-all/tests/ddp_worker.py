@@ -16,10 +16,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 import train  # noqa: E402
-from conftest import UpdateRecorder, batch_independent  # noqa: E402
+from conftest import UpdateRecorder, batch_independent, sample_your_data  # noqa: E402
 
 if __name__ == "__main__":
     updates_path, args = sys.argv[1], sys.argv[2:]
+    sample_your_data(setattr)  # with `pytest --data-dir=DATA`, a sample of DATA
     args += batch_independent(setattr)
     with UpdateRecorder() as updates:
         train.main(args)
