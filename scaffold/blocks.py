@@ -3,6 +3,8 @@ files it adds. One mechanism for scaffold's own features and a team layer's:
 
     features/NAME/feature.toml            scaffold's (a layer's features are in its layer.toml)
     features/NAME/blocks/FILE/POINT.jinja lines for the `#@point POINT` line of FILE
+    features/NAME/blocks/FILE/REGION.jinja  (scaffold's own only) the lines that replace the core's
+                                          between `#@region REGION` and `#@end REGION`
     features/NAME/files/PATH[.jinja]      files the feature adds (its module, tests/test_*.py)
 
 scaffold's own blocks are placed exactly as written (indented to the point, nothing added: the
@@ -43,6 +45,8 @@ POINTS: dict[str, tuple[str, ...]] = {
         "after_setup_functions",  # ... after them: amp's setup_precision()
         "start_of_hold_out_dir",  # the first lines of hold_out_dir(out_dir)
         "start_of_save_config",  # the first lines of save_config(cfg, out_dir)
+        "loader_arguments",  # make_loader(): the DataLoader's last arguments (the collate_fn)
+        "before_loss_read",  # read_loss(): the losses stacked, before the host reads them
         "after_schedule",  # top-level functions after lr_factor(): grad-accum's windows()
         "before_validation_batches",  # evaluate(): the sums are zero, before the batches
         "after_validation_batches",  # evaluate(): after the batches, before the sums are read
@@ -52,6 +56,7 @@ POINTS: dict[str, tuple[str, ...]] = {
         "start_of_save_weights",  # the first lines of save_weights(path, model, ...)
         "after_save_weights",  # top-level functions after save_weights(): checkpoints
         "after_save_config",  # main(): the out-dir held, config.json written
+        "after_data",  # main(): the datasets and meta made, before the loaders
         "after_total_steps",  # main(): the number of updates known
         "after_build_model",  # main(): the model built on its device
         "prepare_model",  # main(): resumed, compiled, wrapped for ddp (in that order)
@@ -90,6 +95,36 @@ POINTS: dict[str, tuple[str, ...]] = {
     ),
 }
 POINT_LINE = re.compile(rb"^([ \t]*)#@point ([a-z_]+)\n", re.M)
+
+# file -> its regions: lines of the core template between `#@region NAME` and `#@end NAME`, which
+# one of scaffold's own features may replace with its block of that name (a layer's may not)
+REGIONS: dict[str, tuple[str, ...]] = {
+    "train.py": (
+        "lr_field",  # Config's lr: pretrained's default for a new head
+        "make_loader_signature",  # make_loader(): pretrained text passes a collate object
+        "build_optimizer",  # pretrained: head and backbone groups, a frozen backbone
+        "finite_check",  # read_loss(): amp's scaler skips the non-finite updates itself
+        "validation_sums_call",  # evaluate(): amp validates under autocast
+        "save_weights_body",  # save_weights(): fsdp gathers the shards first
+        "main_signature",  # main(): sweep's report callback
+        "device_setup",  # main(): ddp and fsdp set up the process group
+        "build_datasets_call",  # main(): pretrained text builds the tokenizer first
+        "shard_data",  # main(): ddp and fsdp give each rank its shard
+        "val_loader",  # main(): pretrained text passes its collate
+        "total_steps",  # main(): grad-accum counts optimizer updates, not micro-batches
+        "build_optimizer_call",  # main(): pretrained passes the frozen updates
+        "show_progress",  # main(): ddp and fsdp show rank 0's bar only
+        "stop_flag",  # main(): resume may start after the last update
+        "epoch_range",  # main(): resume starts at its epoch
+        "epoch_order",  # each epoch: ddp and fsdp take the rank's shard of the order
+        "train_loader",  # each epoch: pretrained text passes its collate
+        "improvement",  # after validation: early-stopping's --monitor and --min-delta
+        "plot_call",  # main(): with ddp and fsdp, rank 0 draws the curves
+        "release_out_dir",  # main(): with ddp and fsdp, rank 0 holds the out-dir lock
+        "run_main",  # `if __name__ == "__main__":` fsdp runs main() on every rank
+    ),
+}
+REGION = re.compile(rb"^([ \t]*)#@region ([a-z_]+)\n(.*?)^[ \t]*#@end \2\n", re.M | re.S)
 
 
 @dataclass(frozen=True)
@@ -133,15 +168,16 @@ def unknown_point(target: str, point: str, points: dict | None = None) -> str | 
 
 
 @functools.cache
-def core_points(templates: Path) -> dict[str, tuple[str, ...]]:
-    """The points of the core templates of `templates` (an older version's has its own)."""
+def core_points(templates: Path, pattern: re.Pattern = POINT_LINE) -> dict[str, tuple[str, ...]]:
+    """The points of the core templates of `templates` (an older version's has its own);
+    with `pattern=REGION`, their regions."""
     found: dict[str, tuple[str, ...]] = {}
     project = templates / "project"
     for path in sorted(project.rglob("*.jinja")):
-        names = POINT_LINE.findall(path.read_bytes())
+        names = [match[1] for match in pattern.findall(path.read_bytes())]
         if names:
             target = path.relative_to(project).as_posix()[: -len(".jinja")]
-            found[target] = tuple(name.decode() for _, name in names)
+            found[target] = tuple(name.decode() for name in names)
     return found
 
 
@@ -179,7 +215,8 @@ def own(templates: Path, features, context: dict) -> tuple[list[Block], dict[str
     for folder in folders(templates, features, context.get("task", "")):
         for target, point, path in block_paths(folder):
             source = path.relative_to(templates).as_posix()
-            why = unknown_point(target, point, core_points(templates))
+            regions = core_points(templates, REGION).get(target, ())
+            why = point not in regions and unknown_point(target, point, core_points(templates))
             if why:
                 raise ScaffoldError(f"template {source} {why} (report this bug)")
             blocks.append(Block(target, point, _render_own(templates, path, context), source))
@@ -207,6 +244,24 @@ def place(files: dict[str, bytes], blocks: list[Block]) -> dict[str, bytes]:
     for block in blocks:
         at.setdefault((block.target, block.point), []).append(block)
     placed = set()
+    for target in [path for path, data in out.items() if b"#@region " in data]:
+
+        def replace(match, target=target):
+            indent, region = match.group(1).decode(), match.group(2).decode()
+            placed.add((target, region))
+            here = [b for b in at.get((target, region), []) if b.text.strip()]
+            if any(b.padded for b in here) or len(here) > 1:
+                sources = ", ".join(b.source for b in here)
+                raise ScaffoldError(
+                    f"template {sources}: only one of scaffold's own features may replace "
+                    f"the region {region!r} of {target} (report this bug)"
+                )
+            if not here:
+                return match.group(3)  # the core's lines
+            text = here[0].text
+            return textwrap.indent(text if text.endswith("\n") else text + "\n", indent).encode()
+
+        out[target] = REGION.sub(replace, out[target])
     for target in [path for path, data in out.items() if b"#@point " in data]:
 
         def put(match, target=target):

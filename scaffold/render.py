@@ -12,12 +12,13 @@ import hashlib
 import re
 import tempfile
 from importlib.metadata import version
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from scaffold import __version__, blocks, cache, catalogue, layers
 from scaffold.answers import Answers
 from scaffold.catalogue import requirements
 from scaffold.errors import ScaffoldError
+from scaffold.imports import sort_imports
 from scaffold.paths import template_dir
 from scaffold.record import Record, make_record
 from scaffold.versions import TEMPLATE_VERSION, canonical, version_of
@@ -80,7 +81,9 @@ def render(answers: Answers, templates: Path | None = None) -> dict[str, bytes]:
     files.update(own_files)
     context = {**answers.as_data(), "layers": [x.name for x in loaded]}
     files = layers.apply(files, loaded, context, own_blocks)
-    files = {path: format_file(path, data) for path, data in files.items()}
+    # each .py file's imports where isort puts them (a feature's come from its folder)
+    own_modules = {PurePosixPath(path).stem for path in files if path.endswith(".py")}
+    files = {path: format_file(path, data, own_modules) for path, data in files.items()}
     _check_no_template_syntax(files)
     fingerprint = template_fingerprint(templates)
     files.update(
@@ -148,10 +151,13 @@ def _collect(root: Path) -> dict[str, bytes]:
     return files
 
 
-def format_file(path: str, data: bytes) -> bytes:
-    """black's output for a `.py` file (through the black cache); other files unchanged."""
+def format_file(path: str, data: bytes, own_modules: set[str] = frozenset()) -> bytes:
+    """black's output for a `.py` file, its imports sorted (`scaffold.imports`; `own_modules`:
+    the project's own, a section of their own), through the black cache; other files
+    unchanged."""
     if not path.endswith(".py"):
         return data
+    data = sort_imports(data.decode(), set(own_modules)).encode()
     entry = cache.key(black_version().encode(), data) + ".py"
     formatted = cache.load("black", entry)
     if formatted is not None:
@@ -166,7 +172,7 @@ def format_file(path: str, data: bytes) -> bytes:
     return formatted
 
 
-_TEMPLATE_SYNTAX = re.compile(rb"\{\{|\}\}|\{%|%\}|\{#|#\}|#@point ")
+_TEMPLATE_SYNTAX = re.compile(rb"\{\{|\}\}|\{%|%\}|\{#|#\}|#@point |#@region |#@end ")
 
 
 def _check_no_template_syntax(files: dict[str, bytes]) -> None:

@@ -267,7 +267,7 @@ def test_scaffold_modules_import_only_downward():
     import ast
 
     order = ["errors", "versions", "paths", "catalogue", "blocks", "cache", "layers", "answers", "record",
-             "render", "write", "lock", "project", "textio", "style", "meaning", "merge", "upgrade",
+             "imports", "render", "write", "lock", "project", "textio", "style", "meaning", "merge", "upgrade",
              "prompts", "cli"]
     for position, name in enumerate(order):
         tree = ast.parse((REPO / "scaffold" / f"{name}.py").read_text())

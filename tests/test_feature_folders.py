@@ -164,3 +164,43 @@ def test_the_points_a_layer_may_use_are_the_core_templates_points():
     from scaffold.paths import template_dir
 
     assert core_points(template_dir()) == POINTS
+
+
+def test_the_regions_are_the_core_templates_regions():
+    from scaffold.blocks import REGION, REGIONS, core_points
+    from scaffold.paths import template_dir
+
+    assert core_points(template_dir(), REGION) == REGIONS
+
+
+CORE_WITH_REGION = b"""def main():
+    #@region epoch_range
+    for epoch in range(cfg.epochs):
+    #@end epoch_range
+        pass
+"""
+
+
+def test_a_feature_replaces_a_region_and_without_one_the_core_lines_stay():
+    """A region is the core's lines unless one of scaffold's features has a block of that name
+    (resume's `for epoch in range(start_epoch, ...)`); a block that renders nothing (its feature's
+    condition false) leaves the core's lines."""
+    files = {"train.py": CORE_WITH_REGION}
+    resume = Block("train.py", "epoch_range", "for epoch in range(start_epoch, cfg.epochs):  # [resume]\n",
+                   "features/resume")
+    assert place(files, [resume])["train.py"] == (
+        b"def main():\n    for epoch in range(start_epoch, cfg.epochs):  # [resume]\n        pass\n")
+    plain = b"def main():\n    for epoch in range(cfg.epochs):\n        pass\n"
+    assert place(files, [])["train.py"] == plain
+    assert place(files, [Block("train.py", "epoch_range", "\n", "features/x")])["train.py"] == plain
+
+
+def test_two_blocks_for_one_region_or_a_layers_are_refused():
+    files = {"train.py": CORE_WITH_REGION}
+    a = Block("train.py", "epoch_range", "for a in b:\n", "features/a")
+    b = Block("train.py", "epoch_range", "for c in d:\n", "features/b")
+    with pytest.raises(ScaffoldError, match="only one of scaffold's own features may replace"):
+        place(files, [a, b])
+    layer = Block("train.py", "epoch_range", "for c in d:\n", "acme: features/x", padded=True)
+    with pytest.raises(ScaffoldError, match="only one of scaffold's own features may replace"):
+        place(files, [layer])
