@@ -30,7 +30,8 @@ from scaffold.paths import RECORD_DIR
 from scaffold.record import RECORD_FILE, read_generation, with_generation
 from scaffold.write import pending_write, recover, write_files
 
-HOLDER_FILE = f"{RECORD_DIR}/lock-holder.json"
+HOLDER_NAME = "lock-holder.json"
+HOLDER_FILE = f"{RECORD_DIR}/{HOLDER_NAME}"
 WRITE_WAIT = 10.0  # seconds a writer waits for the project before it refuses
 READ_WAIT = 60.0  # a read-only command waits longer: it only has to see a consistent state
 _NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.EBADF}
@@ -67,14 +68,18 @@ def project_lock(
             exclusive = True
             _take(fd, root, exclusive, waiting)
         if exclusive:
+            _name_holder(root, command)  # first, so that a command that waits can say who
+            holding = True
             state = recover(root)
+            if state == "undone" and [p.name for p in folder.iterdir()] == [HOLDER_NAME]:
+                # an undone `new` into an empty folder: leave the folder as empty as it was
+                os.unlink(folder / HOLDER_NAME)
+                folder.rmdir()
+                holding = False
             if state == "finished" and echo is not None:
                 echo(
                     "note: finished an earlier scaffold write in this project that was interrupted"
                 )
-            holding = folder.is_dir()  # an undone `new` into an empty folder removes .scaffold/
-            if holding:
-                _name_holder(root, command)
         yield
     finally:
         if holding:
@@ -98,6 +103,7 @@ class _Waiting:
     def __init__(self, root: Path, limit: float, echo) -> None:
         self.root, self.limit, self.echo = root, max(0.0, limit), echo
         self.deadline = time.monotonic() + self.limit
+        self.named_by = time.monotonic() + min(0.5, self.limit)
         self.told = False
 
 
@@ -131,6 +137,9 @@ def _acquire(fd: int, exclusive: bool, waiting: _Waiting) -> None:
                 ) from None
             raise
         holder, doing = _holder(root)
+        if doing == "reading" and not waiting.told and time.monotonic() < waiting.named_by:
+            time.sleep(0.05)  # a writer that has just taken the lock names itself at once
+            continue
         if time.monotonic() >= waiting.deadline:
             raise ScaffoldError(
                 f"{root} is busy: {holder} is {doing} it; wait until it finishes and run again, "

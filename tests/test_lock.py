@@ -237,6 +237,45 @@ def test_a_second_writer_names_the_holder_then_refuses(tmp_path):
     assert not (project / HOLDER_FILE).exists()  # released, and the holder's name with it
 
 
+def test_a_writer_that_has_just_taken_the_lock_is_named_not_called_a_reader(tmp_path):
+    """The holder file is written just after the lock is taken: a command that finds the lock
+    held in that moment names the writer once it has named itself (CI once saw 'status, diff or
+    a dry run' for a writer caught in that moment)."""
+    import fcntl
+
+    from scaffold.lock import _name_holder, project_lock
+
+    project = render_project(tmp_path / "p", name=NAME)
+    locked, release = threading.Event(), threading.Event()
+
+    def writer_taking_the_lock():
+        fd = os.open(project / ".scaffold", os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            locked.set()
+            time.sleep(0.2)  # the moment between the lock and the holder file, drawn out
+            _name_holder(project, "add feature amp")
+            release.wait(60)
+        finally:
+            os.close(fd)
+
+    thread = threading.Thread(target=writer_taking_the_lock)
+    thread.start()
+    said = []
+    try:
+        locked.wait(30)
+        with pytest.raises(ScaffoldError, match="is busy: 'scaffold add feature amp'"):
+            with project_lock(project, write=True, command="add feature resume", wait=1.0,
+                              echo=said.append):
+                pass
+    finally:
+        release.set()
+        thread.join()
+    assert said == [f"waiting for 'scaffold add feature amp' (pid {os.getpid()}, since "
+                    f"{json.loads((project / HOLDER_FILE).read_text())['since']}) to finish "
+                    "(at most 1 s)"], said
+
+
 def test_a_waiting_writer_is_not_starved_by_readers_that_come_after_it(tmp_path):
     """Reader 1 holds the project; a writer waits for it; a reader that comes later queues behind
     the writer (it may not slip in, or back-to-back readers could keep a writer out forever)."""
