@@ -153,6 +153,13 @@ MUTATIONS = {
         "minimal", "train.py", drop_statement("optimizer.step()"),
         "test_core.py::test_loss_goes_down",
     ),
+    # core: weight decay on the weights only (issue 29): a mutant that decays every parameter
+    "core-decays-biases-too": Mutation(
+        "text-classification-all", "train.py",
+        edit_statement("groups = decay_groups(", "decay_groups(model.parameters(), cfg.weight_decay)",
+                       '[{"params": list(model.parameters()), "weight_decay": cfg.weight_decay}]'),
+        "test_core.py::test_weight_decay_spares_biases_and_normalisation_weights",
+    ),
     # core: a bad flag value is rejected naming the flag
     "core-config-errors-swallowed": Mutation(
         "minimal", "train.py",

@@ -245,7 +245,9 @@ def test_fsdp_fine_tunes_sharded_and_exports_the_whole_model(tiny, tmp_path):
     assert steps[0][0]["local"] + steps[1][0]["local"] == full
     for rank in (0, 1):
         assert 0.4 < steps[rank][0]["local"] / full < 0.6, steps[rank][0]
-        head, backbone = zip(*(step["lrs"] for step in steps[rank]))
+        # the groups: the head's decayed and spared parameters, then the backbone's
+        head, head_spared, backbone, backbone_spared = zip(*(step["lrs"] for step in steps[rank]))
+        assert head == head_spared and backbone == backbone_spared, steps[rank]
         assert all(lr > 0 for lr in head) and backbone[:2] == (0.0, 0.0), steps[rank]  # frozen epoch
         assert backbone[2] == pytest.approx(0.5 * head[2]), steps[rank]
 

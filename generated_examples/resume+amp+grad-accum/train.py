@@ -432,16 +432,30 @@ def batch_size(batch) -> int:
 
 
 def build_optimizer(model, cfg: Config, total_steps: int):
-    """AdamW (fused on CUDA: one kernel for all parameters), and its schedule in
-    optimizer updates: linear warmup, cosine decay."""
+    """AdamW (fused on CUDA: one kernel for all parameters) with weight decay on the
+    weights only (decay_groups), and its schedule in optimizer updates: linear warmup,
+    cosine decay."""
     fused = next(model.parameters()).device.type == "cuda"
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused
-    )
+    groups = decay_groups(model.parameters(), cfg.weight_decay)
+    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, fused=fused)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_factor(s, cfg.warmup_steps, total_steps)
     )
     return optimizer, scheduler
+
+
+def decay_groups(parameters, weight_decay: float, **options) -> list[dict]:
+    """Two AdamW parameter groups: weight decay for the weight matrices, embeddings and
+    convolution kernels (2 or more dimensions), none for the biases and the
+    normalisation layers' weights (1 dimension), as the HF Trainer, timm and nanoGPT
+    do. `options` (an lr) go into both."""
+    parameters = list(parameters)
+    decayed = [p for p in parameters if p.ndim >= 2]
+    spared = [p for p in parameters if p.ndim < 2]
+    return [
+        {"params": decayed, "weight_decay": weight_decay, **options},
+        {"params": spared, "weight_decay": 0.0, **options},
+    ]
 
 
 def read_loss(update_loss, losses_since_log, step: int, scaler) -> float:  # [amp]

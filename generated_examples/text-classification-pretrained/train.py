@@ -386,26 +386,41 @@ def batch_size(batch) -> int:
 
 
 def build_optimizer(model, cfg: Config, total_steps: int, frozen_steps: int):
-    """[pretrained] AdamW with two parameter groups: the new head learns at --lr, the
-    pretrained backbone at --lr x --backbone-lr-scale, and not at all (lr 0, so AdamW's
-    weight decay leaves it alone too) during the first `frozen_steps` updates. The
-    schedule counts optimizer updates: linear warmup, cosine decay."""
+    """[pretrained] AdamW with the new head's parameter groups at --lr and the
+    pretrained backbone's at --lr x --backbone-lr-scale (each with weight decay on the
+    weights only: decay_groups), the backbone's at lr 0 (so AdamW's weight decay leaves
+    it alone too) during the first `frozen_steps` updates. The schedule counts optimizer
+    updates: linear warmup, cosine decay."""
     backbone, head = split_parameters(model)
-    groups = [
-        {"params": head},
-        {"params": backbone, "lr": cfg.lr * cfg.backbone_lr_scale},
-    ]
+    backbone_lr = cfg.lr * cfg.backbone_lr_scale
+    groups = decay_groups(head, cfg.weight_decay)  # groups 0 and 1: the head
+    groups += decay_groups(backbone, cfg.weight_decay, lr=backbone_lr)  # 2 and 3
     fused = next(model.parameters()).device.type == "cuda"  # one kernel for all
-    optimizer = torch.optim.AdamW(
-        groups, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused
-    )
-    warmup = cfg.warmup_steps
-    factors = [
-        lambda s: lr_factor(s, warmup, total_steps),
-        lambda s: lr_factor(s, warmup, total_steps) if s >= frozen_steps else 0.0,
-    ]
+    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, fused=fused)
+
+    def head_factor(step: int) -> float:
+        return lr_factor(step, cfg.warmup_steps, total_steps)
+
+    def backbone_factor(step: int) -> float:
+        return head_factor(step) if step >= frozen_steps else 0.0
+
+    factors = [head_factor, head_factor, backbone_factor, backbone_factor]
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factors)
     return optimizer, scheduler
+
+
+def decay_groups(parameters, weight_decay: float, **options) -> list[dict]:
+    """Two AdamW parameter groups: weight decay for the weight matrices, embeddings and
+    convolution kernels (2 or more dimensions), none for the biases and the
+    normalisation layers' weights (1 dimension), as the HF Trainer, timm and nanoGPT
+    do. `options` (an lr) go into both."""
+    parameters = list(parameters)
+    decayed = [p for p in parameters if p.ndim >= 2]
+    spared = [p for p in parameters if p.ndim < 2]
+    return [
+        {"params": decayed, "weight_decay": weight_decay, **options},
+        {"params": spared, "weight_decay": 0.0, **options},
+    ]
 
 
 def read_loss(update_loss, losses_since_log, step: int) -> float:

@@ -104,6 +104,45 @@ def test_every_epoch_sees_every_sample_once_in_a_new_order(tmp_path, monkeypatch
     assert first != second, "epoch 2 repeated epoch 1's order"
 
 
+def test_weight_decay_spares_biases_and_normalisation_weights(tmp_path, monkeypatch):
+    """AdamW decays the weight matrices, embeddings and kernels by --weight-decay, and
+    never a bias or a normalisation layer's weight (as the HF Trainer and timm do)."""
+    built = []
+    build_optimizer = train.build_optimizer
+
+    def recording_build_optimizer(model, *args):
+        optimizer, scheduler = build_optimizer(model, *args)
+        built.append((model, optimizer))
+        return optimizer, scheduler
+
+    monkeypatch.setattr(train, "build_optimizer", recording_build_optimizer)
+    run_main(tmp_path, "--max-steps", 1, "--weight-decay", 0.05)
+    ((model, optimizer),) = built
+    rate = {
+        id(p): g["weight_decay"] for g in optimizer.param_groups for p in g["params"]
+    }
+    assert len(rate) == len(
+        list(model.parameters())
+    ), "a parameter is in no group, or two"
+    norms = (
+        torch.nn.LayerNorm,
+        torch.nn.GroupNorm,
+        torch.nn.modules.batchnorm._BatchNorm,
+    )
+    norm_weights = {
+        id(p) for m in model.modules() if isinstance(m, norms) for p in m.parameters()
+    }
+    kinds = set()
+    for name, parameter in model.named_parameters():
+        if name.endswith("bias") or id(parameter) in norm_weights:
+            assert rate[id(parameter)] == 0.0, f"{name} is decayed"
+            kinds.add("spared")
+        elif parameter.ndim >= 2:
+            assert rate[id(parameter)] == 0.05, f"{name} is not decayed"
+            kinds.add("decayed")
+    assert kinds == {"spared", "decayed"}, kinds
+
+
 BAD_SETTINGS = [("--batch-size", "0"), ("--lr", "-1"), ("--epochs", "0")]
 BAD_SETTINGS += [("--max-grad-norm", "-1")]
 
