@@ -305,7 +305,7 @@ MUTATIONS = {
     ),
     # [pretrained] --freeze-backbone-epochs keeps the backbone's lr at 0
     "pretrained-freeze-ignored": Mutation(
-        "token-classification-pretrained-all", "train.py", replace_pattern(r"if s >= frozen_steps else 0\.0", "if True else 0.0"),
+        "token-classification-pretrained-all", "train.py", replace_pattern(r"if step >= frozen_steps else 0\.0", "if True else 0.0"),
         "test_pretrained.py::test_frozen_backbone_is_not_updated_but_the_head_is",
     ),
 }
