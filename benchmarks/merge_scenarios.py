@@ -178,10 +178,21 @@ def _tool(files, project, *command, config=""):
         (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp / rel).write_bytes(data)
     if config:
-        (tmp / "pyproject.toml").write_text(files["pyproject.toml"].decode() + config)
+        (tmp / "pyproject.toml").write_text(with_settings(files["pyproject.toml"].decode(), config))
     subprocess.run([sys.executable, "-m", *command, "."], cwd=tmp, check=True, capture_output=True)
     out = {rel: (tmp / rel).read_bytes() for rel in files}
     return out
+
+
+def with_settings(pyproject: str, config: str) -> str:
+    """`config`'s tables added to a pyproject.toml; a table it already has (a generated project's
+    `[tool.ruff]`) gets the settings at its top, as a user would write them."""
+    for table, settings in re.findall(r"(?m)^(\[[^\]\n]+\]\n)((?:(?!\[).*\n)*)", config):
+        if table in pyproject:
+            pyproject = pyproject.replace(table, table + settings.rstrip("\n") + "\n", 1)
+        else:
+            pyproject += "\n" + table + settings
+    return pyproject
 
 
 def black_100(files, project):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import sys
 from pathlib import Path
 
@@ -56,14 +57,16 @@ def plot_curves(run_dirs: list[Path], out_path: Path) -> Path:
         for column, style in (("train_loss", "-"), ("val_loss", "o-")):
             points = [(r["step"], r[column]) for r in rows if column in r]
             if points:
-                steps, values = zip(*points)
+                steps, values = zip(*points, strict=True)
                 label = f"{name} {column}"
                 loss_axes.plot(steps, values, style, color=colour, label=label, ms=3)
         metrics = sorted(
             {k for r in rows for k in r if k.startswith("val_")} - {"val_loss"}
         )
-        for column, style in zip(metrics, ("o-", "s--", "^:", "d-.")):
-            steps, values = zip(*[(r["step"], r[column]) for r in rows if column in r])
+        for column, style in zip(metrics, itertools.cycle(("o-", "s--", "^:", "d-."))):
+            steps, values = zip(
+                *[(r["step"], r[column]) for r in rows if column in r], strict=True
+            )
             label = f"{name} {column}"
             metric_axes.plot(steps, values, style, color=colour, label=label, ms=3)
     loss_axes.set(xlabel="optimizer updates", ylabel="loss", title="loss")

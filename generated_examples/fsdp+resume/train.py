@@ -814,9 +814,11 @@ def per_update(config: dict, world_size: int) -> tuple[int, ...]:
 def per_update_text(numbers: tuple[int, ...]) -> str:
     """[fsdp] [resume] E.g. "2 processes x --batch-size 16 = 32 samples per update"."""
     ranks, *flags = numbers
-    names = ["--batch-size", "--grad-accum-steps"]
+    names = ["--batch-size"]
     processes = f"{ranks} process" + ("es" if ranks > 1 else "")
-    text = " x ".join([processes, *(f"{a} {n}" for a, n in zip(names, flags))])
+    text = " x ".join(
+        [processes, *(f"{a} {n}" for a, n in zip(names, flags, strict=True))]
+    )
     return f"{text} = {math.prod(numbers)} samples per update"
 
 

@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         probabilities = model(inputs.to(device)).float().softmax(-1).cpu()
         k = min(args.top_k, len(classes))
-        for name, probs in zip(names, probabilities.tolist()):
+        for name, probs in zip(names, probabilities.tolist(), strict=True):
             order = sorted(range(len(classes)), key=lambda i: -probs[i])[:k]
             rows.append(
                 {

@@ -763,7 +763,7 @@ def main(argv: list[str] | None = None) -> dict:
                 # [grad-accum] losses / the window's count: K x b == a batch of K*b
                 denominator = sum(loss_count(batch) for batch in window)
                 window_loss = torch.zeros((), device=device)
-                for i, batch in enumerate(window):
+                for batch in window:
                     batch = to_device(batch, device)
                     # [amp] the forward pass in low precision, the loss scaled for fp16
                     with autocast:

@@ -170,7 +170,7 @@ def build_eval_set(cfg, data_info: dict, split: str):
 
 def collate(batch):
     """Pad token ids to the longest text of the batch; the model masks the padding."""
-    tokens, labels = zip(*batch)
+    tokens, labels = zip(*batch, strict=True)
     return pad_sequence(tokens, batch_first=True, padding_value=PAD_ID), torch.tensor(
         labels
     )

@@ -187,7 +187,7 @@ def build_eval_set(cfg, data_info: dict, split: str):
 def collate(batch):
     """Pad to the longest sentence of the batch: ids with PAD_ID, tags with
     IGNORE_INDEX."""
-    tokens, tags = zip(*batch)
+    tokens, tags = zip(*batch, strict=True)
     return (
         pad_sequence(tokens, batch_first=True, padding_value=PAD_ID),
         pad_sequence(tags, batch_first=True, padding_value=IGNORE_INDEX),
@@ -215,7 +215,7 @@ def count_entities(
     """(true positives, predicted entities, gold entities) over a batch, for
     entity-level F1."""
     tp = n_pred = n_gold = 0
-    for predicted, gold in zip(predictions.tolist(), targets.tolist()):
+    for predicted, gold in zip(predictions.tolist(), targets.tolist(), strict=True):
         real = [i for i, t in enumerate(gold) if t != IGNORE_INDEX]
         pred_spans = entity_spans([tag_names[predicted[i]] for i in real])
         gold_spans = entity_spans([tag_names[gold[i]] for i in real])

@@ -130,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         probabilities = model(inputs.to(device)).float().softmax(-1).cpu()
         best, predicted = probabilities.max(-1)
-        for name, words, probs, tags in zip(names, sentences, best, predicted):
+        for name, words, probs, tags in zip(
+            names, sentences, best, predicted, strict=True
+        ):
             n = min(len(words), cfg.max_length)
             rows.append(
                 {

@@ -72,7 +72,9 @@ def predict_split(model, loader, device):
         logits = model(inputs).float()
         loss_sum += summed_loss(logits, targets).item()
         probabilities, predictions = logits.softmax(-1).max(-1)
-        for gold, predicted, probs in zip(targets, predictions, probabilities):
+        for gold, predicted, probs in zip(
+            targets, predictions, probabilities, strict=True
+        ):
             real = gold != IGNORE_INDEX
             sentences.append(
                 (gold[real].tolist(), predicted[real].tolist(), probs[real].tolist())
@@ -144,7 +146,9 @@ def main(argv: list[str] | None = None) -> dict:
     loss_sum, sentences = predict_split(model, loader, device)
     tokens = sum(len(gold) for gold, _, _ in sentences)
     correct = sum(
-        g == p for gold, predicted, _ in sentences for g, p in zip(gold, predicted)
+        g == p
+        for gold, predicted, _ in sentences
+        for g, p in zip(gold, predicted, strict=True)
     )
     results = {
         "checkpoint": str(args.checkpoint),
@@ -173,7 +177,7 @@ def main(argv: list[str] | None = None) -> dict:
     prefix = out_dir / f"eval-{args.split}"
     Path(f"{prefix}.json").write_text(json.dumps(results, indent=2) + "\n")
     with open(f"{prefix}-predictions.jsonl", "w") as f:
-        for name, (gold, predicted, probs) in zip(names, sentences):
+        for name, (gold, predicted, probs) in zip(names, sentences, strict=True):
             row = {
                 "input": name,
                 "targets": [tag_names[t] for t in gold],

@@ -313,7 +313,7 @@ def count_entities(
     """(true positives, predicted entities, gold entities) over a batch, for
     entity-level F1."""
     tp = n_pred = n_gold = 0
-    for predicted, gold in zip(predictions.tolist(), targets.tolist()):
+    for predicted, gold in zip(predictions.tolist(), targets.tolist(), strict=True):
         real = [i for i, t in enumerate(gold) if t != IGNORE_INDEX]
         pred_spans = entity_spans([tag_names[predicted[i]] for i in real])
         gold_spans = entity_spans([tag_names[gold[i]] for i in real])

@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         best, predicted = probabilities.max(-1)
         # [pretrained] a word's tag and probability are its first sub-word's
         for name, words, first, probs, tags in zip(
-            names, sentences, positions, best, predicted
+            names, sentences, positions, best, predicted, strict=True
         ):
             rows.append(
                 {

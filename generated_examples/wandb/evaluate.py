@@ -127,7 +127,9 @@ def main(argv: list[str] | None = None) -> dict:
     prefix = out_dir / f"eval-{args.split}"
     Path(f"{prefix}.json").write_text(json.dumps(results, indent=2) + "\n")
     with open(f"{prefix}-predictions.jsonl", "w") as f:
-        for name, probs, target in zip(names, probabilities.tolist(), targets.tolist()):
+        for name, probs, target in zip(
+            names, probabilities.tolist(), targets.tolist(), strict=True
+        ):
             order = sorted(range(len(classes)), key=lambda i: -probs[i])
             row = {
                 "input": str(name),

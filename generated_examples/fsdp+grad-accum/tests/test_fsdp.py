@@ -65,14 +65,16 @@ def test_two_ranks_make_the_updates_of_one_process_with_twice_the_batch(runs):
     tmp, two_ranks, one_process = runs
     assert len(two_ranks["grads"]) == len(one_process.grads) > 0
     assert two_ranks["lrs"] == one_process.lrs, "the lr of each update differs"
-    for update, (a, b) in enumerate(zip(two_ranks["grads"], one_process.grads), 1):
+    for update, (a, b) in enumerate(
+        zip(two_ranks["grads"], one_process.grads, strict=True), 1
+    ):
         difference = relative_difference(a, b)
         message = f"update {update}: the gradients differ by {difference:.2e}"
         assert difference < FLOAT32_NOISE, message
     rows = [read_metrics(tmp / name)[0] for name in ("two-ranks", "one-process")]
     assert [r["step"] for r in rows[0]] == [r["step"] for r in rows[1]]
     # the logged loss is the loss of the whole update, over both ranks
-    for a, b in zip(*rows):
+    for a, b in zip(*rows, strict=True):
         assert abs(a["train_loss"] - b["train_loss"]) < FLOAT32_NOISE * b["train_loss"]
 
 
@@ -81,6 +83,6 @@ def test_validation_counts_every_sample_once_across_ranks(runs):
     two_ranks = read_metrics(tmp / "two-ranks")[1]
     one_process = read_metrics(tmp / "one-process")[1]
     assert len(two_ranks) == len(one_process) == 2
-    for a, b in zip(two_ranks, one_process):
+    for a, b in zip(two_ranks, one_process, strict=True):
         for name in (name for name in b if name.startswith("val_")):
             assert abs(a[name] - b[name]) < FLOAT32_NOISE * max(1, b[name]), name

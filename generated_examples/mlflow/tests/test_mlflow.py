@@ -33,8 +33,8 @@ def assert_same_series(logged_series: dict, expected: dict) -> None:
     """The same metric names, each at the same steps, with about the same values."""
     assert logged_series.keys() == expected.keys()
     for name, points in expected.items():
-        steps, values = zip(*points)
-        logged_steps, logged_values = zip(*logged_series[name])
+        steps, values = zip(*points, strict=True)
+        logged_steps, logged_values = zip(*logged_series[name], strict=True)
         assert logged_steps == steps, name
         assert logged_values == pytest.approx(values), name
 

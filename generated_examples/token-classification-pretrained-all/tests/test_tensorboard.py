@@ -17,6 +17,8 @@ def test_event_files_hold_the_metrics_csv_numbers(tmp_path):
                 continue
             logged = events.Scalars(name)
             assert [e.step for e in logged] == [row["step"] for row in rows], name
-            for event, row in zip(logged, rows):  # float32 in the event file
+            for event, row in zip(
+                logged, rows, strict=True
+            ):  # float32 in the event file
                 assert abs(event.value - row[name]) <= 1e-6 * max(1, abs(row[name]))
     assert any(tag.startswith("config") for tag in events.Tags()["tensors"])

@@ -54,7 +54,9 @@ def runs(tmp_path_factory):
 def test_k_micro_batches_give_the_gradient_of_one_batch_of_k_times_b(runs):
     _, accumulated, one_batch, _ = runs
     assert len(accumulated.grads) == len(one_batch.grads) == 6, "expected 6 updates"
-    for update, (a, b) in enumerate(zip(accumulated.grads, one_batch.grads), 1):
+    for update, (a, b) in enumerate(
+        zip(accumulated.grads, one_batch.grads, strict=True), 1
+    ):
         difference = relative_difference(a, b)
         message = f"update {update}: the gradients differ by {difference:.2e}"
         assert difference < FLOAT32_NOISE, message
@@ -80,6 +82,6 @@ def test_schedule_step_and_logs_count_updates_not_micro_batches(runs):
     assert [row["step"] for row in big_batch_rows] == list(range(1, 7))
     assert [row["lr"] for row in rows] == [row["lr"] for row in big_batch_rows]
     # the logged loss is the loss of the whole window
-    for row, big in zip(rows, big_batch_rows):
+    for row, big in zip(rows, big_batch_rows, strict=True):
         assert abs(row["train_loss"] - big["train_loss"]) < FLOAT32_NOISE, (row, big)
     assert load(tmp / "accumulated")["step"] == 6

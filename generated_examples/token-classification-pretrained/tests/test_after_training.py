@@ -26,7 +26,9 @@ def write_data(root: Path) -> Path:
         sentences = data.synthetic_sentences(size, data.SYNTHETIC_SEEDS[split])
         lines = []
         for words, tags, _ in sentences:
-            lines += [f"{word} {tag}" for word, tag in zip(words, tags)] + [""]
+            lines += [
+                f"{word} {tag}" for word, tag in zip(words, tags, strict=True)
+            ] + [""]
         (root / f"{split}.txt").write_text("\n".join(lines))
     return root
 
@@ -71,7 +73,11 @@ def test_entity_numbers_add_up_over_the_written_predictions(run):
     for kind, scores in results["per_type"].items():
         assert scores["support"] == sum(1 for span in gold if span[0] == kind)
     tokens = sum(len(row["targets"]) for row in rows)
-    correct = sum(t == p for row in rows for t, p in zip(row["targets"], row["labels"]))
+    correct = sum(
+        t == p
+        for row in rows
+        for t, p in zip(row["targets"], row["labels"], strict=True)
+    )
     assert results["token_accuracy"] == correct / tokens
 
 
@@ -115,11 +121,13 @@ def test_predict_agrees_with_evaluate(run, tmp_path):
     assert predict.main([str(a) for a in args]) == 0
     rows = read_jsonl(output)
     assert len(rows) == len(expected)
-    for row, want in zip(rows, expected):
+    for row, want in zip(rows, expected, strict=True):
         assert row["labels"] == want["labels"]
         got = row["probabilities"]
         wanted = want["probabilities"][: len(got)]
-        assert max(abs(a - b) for a, b in zip(got, wanted)) <= 1e-6, row["input"]
+        assert max(abs(a - b) for a, b in zip(got, wanted, strict=True)) <= 1e-6, row[
+            "input"
+        ]
 
 
 def test_predict_reports_a_bad_input_by_name_and_predicts_the_rest(

@@ -77,7 +77,7 @@ def test_per_class_numbers_are_scikit_learns_on_the_written_predictions(run):
         assert scores["recall"] == pytest.approx(recall[i], abs=1e-12)
         assert scores["f1"] == pytest.approx(f1[i], abs=1e-12)
         assert scores["support"] == support[i]
-    accuracy = sum(t == p for t, p in zip(y_true, y_pred)) / len(rows)
+    accuracy = sum(t == p for t, p in zip(y_true, y_pred, strict=True)) / len(rows)
     assert results["accuracy"] == accuracy
 
 
@@ -101,12 +101,14 @@ def test_predict_agrees_with_evaluate(run, tmp_path):
     assert len(rows) == len(expected)
     rows = sorted(rows, key=lambda row: row["input"])
     expected = sorted(expected, key=lambda row: row["input"])
-    for row, want in zip(rows, expected):
+    for row, want in zip(rows, expected, strict=True):
         assert row["input"] == want["input"]
         assert row["labels"] == want["labels"][:3]
         got = row["probabilities"]
         wanted = want["probabilities"][: len(got)]
-        assert max(abs(a - b) for a, b in zip(got, wanted)) <= 1e-6, row["input"]
+        assert max(abs(a - b) for a, b in zip(got, wanted, strict=True)) <= 1e-6, row[
+            "input"
+        ]
 
 
 def test_predict_reports_a_bad_input_by_name_and_predicts_the_rest(
