@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TINY, run_jobs
+from conftest import TINY, run_jobs
 from scaffold.examples import EXAMPLES, LAYERED_EXAMPLES, ROOT, render_example
 
 
