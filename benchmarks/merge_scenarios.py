@@ -94,6 +94,29 @@ def own_metric(files, project):
     return _sub(files, "train.py", '    "val_acc",\n]', '    "val_acc",\n    "val_error",\n]', 1)
 
 
+def readme_block(first_line: str) -> str:
+    """The code block of README.md whose first line is `first_line` (the worked example of
+    one's own head: the README shows exactly the code this scenario applies)."""
+    readme = (REPO / "README.md").read_text()
+    start = readme.index(f"```python\n{first_line}\n") + len("```python\n")
+    return readme[readme.index("\n", start) + 1 : readme.index("```", start)]
+
+
+def multi_label(files, project):
+    """The README's worked example: a multi-label head (one logit per tag, BCEWithLogitsLoss),
+    dict batches from a Tagged dataset in data.py, and a val_f1 column."""
+    files = _sub(files, "data.py", "def build_datasets(cfg):", "def build_class_datasets(cfg):", 1)
+    files = {**files, "data.py": files["data.py"] + b"\n\n" + readme_block("# data.py: at the end").encode()}
+    files = _sub(files, "model.py", 'num_classes = len(data_info["classes"])',
+                 'num_classes = len(data_info["tags"])', 1)
+    model = files["model.py"].decode()
+    start, end = model.index("def compute_loss(model, batch):"), model.index("def load_trained(")
+    section = readme_block("# model.py: in place of compute_loss, summed_loss, loss_count, "
+                           "validation_sums, validation_metrics")
+    files = {**files, "model.py": (model[:start] + section + "\n\n" + model[end:]).encode()}
+    return _sub(files, "train.py", '    "val_acc",\n]', '    "val_acc",\n    "val_f1",\n]', 1)
+
+
 def crlf(files, project):
     return {**files, "train.py": files["train.py"].replace(b"\n", b"\r\n")}
 
@@ -246,6 +269,9 @@ SCENARIOS = [
     Scenario("label-smoothing", label_smoothing, [("model.py", "label_smoothing=0.1")],
              modes=("add",)),
     Scenario("own-metric", own_metric, [("model.py", '"val_error"'), ("train.py", '"val_error"')],
+             modes=("add",)),
+    Scenario("multi-label", multi_label, [("model.py", "binary_cross_entropy_with_logits"),
+                                          ("data.py", "class Tagged"), ("train.py", '"val_f1"')],
              modes=("add",)),
     Scenario("crlf", crlf, [("train.py", "\r\n")]),
     Scenario("crlf-mixed", crlf_mixed, [], check=lf_lines_kept),

@@ -278,6 +278,71 @@ def test_your_own_metric_is_logged_by_two_ranks(tmp_path):
         assert float(row["val_error"]) == pytest.approx(1 - float(row["val_acc"]), abs=1e-12), row
 
 
+@pytest.mark.parametrize("feature", ["amp", "grad-accum", "ddp", "fsdp"])
+def test_a_multi_label_head_is_never_rewritten_by_a_feature(tmp_path, feature):
+    """The README's worked example (a multi-label head, BCEWithLogitsLoss, dict batches from
+    data.py, a val_f1 column): amp, grad-accum, ddp and fsdp wrap model.py's calls, so each merges
+    cleanly and leaves model.py and data.py as the user wrote them."""
+    project = edited_project(tmp_path, "multi-label")
+    edited = {rel: (project / rel).read_bytes() for rel in ("model.py", "data.py")}
+    assert b"binary_cross_entropy_with_logits" in edited["model.py"]
+    result, lines = change(project, feature)
+    assert result.exit_code == 0 and result.markers == 0, lines
+    assert {rel: (project / rel).read_bytes() for rel in edited} == edited
+    columns = '    "val_acc",\n]'
+    expected = fresh(features=[feature])["train.py"].decode().replace(columns, columns[:-1] + '    "val_f1",\n]')
+    assert (project / "train.py").read_text() == expected
+
+
+def write_tagged_images(root: Path) -> None:
+    """DATA/<split>/red, round and red+round: red squares, grey disks and red disks (PNG)."""
+    from PIL import Image, ImageDraw
+
+    for split, n in (("train", 25), ("val", 6)):
+        for name in ("red", "round", "red+round"):
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for i in range(n):
+                colour = (200 + i % 50, 30, 30) if "red" in name else (120, 120, 120 + i)
+                image = Image.new("RGB", (24, 24), (20, 20, 20) if "round" in name else colour)
+                if "round" in name:
+                    ImageDraw.Draw(image).ellipse((4 + i % 3, 4, 19, 19 - i % 3), fill=colour)
+                image.save(folder / f"{i}.png")
+
+
+@pytest.mark.slow
+def test_a_multi_label_project_passes_its_own_suite_on_its_own_data(tmp_path):
+    """The worked example, then ddp added: the project's whole suite (but the single-label
+    reports of test_after_training.py) passes on the built-in data and with --data-dir=DATA on
+    tagged image folders, two gloo ranks included; a training on DATA learns its two tags."""
+    from conftest import TINY
+
+    project = edited_project(tmp_path, "multi-label")
+    assert change(project, "ddp")[0].markers == 0
+    data_dir = tmp_path / "data"
+    write_tagged_images(data_dir)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    pytest_run = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
+                  "--deselect", "tests/test_after_training.py"]
+    for extra in ([], [f"--data-dir={data_dir}"]):
+        proc = subprocess.run([*pytest_run, *extra], cwd=project, capture_output=True, text=True,
+                              timeout=1200, env=env)
+        assert proc.returncode == 0, (extra, proc.stdout[-4000:] + proc.stderr[-2000:])
+        ran = re.findall(r"^tests/(test_\w+)\.py::\S+ PASSED", proc.stdout, re.M)
+        assert {"test_core", "test_data", "test_ddp"} <= set(ran), proc.stdout[-4000:]
+        assert "SKIPPED" not in proc.stdout and "FAILED" not in proc.stdout
+    proc = subprocess.run([sys.executable, "train.py", *TINY, "--data-dir", str(data_dir),
+                           "--epochs", "2", "--out-dir", "run"], cwd=project, capture_output=True,
+                          text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import torch
+
+    final = torch.load(project / "run" / "final.pt", weights_only=True)
+    assert final["data"]["tags"] == ["red", "round"]
+    assert final["data"]["classes"] == ["red", "red+round", "round"]
+    assert final["model"]["head.weight"].shape[0] == 2  # one logit per tag
+
+
 def test_no_markers_no_resolve_the_markers_and_conflicts_are_counted(tmp_path):
     project = make_project(tmp_path / "p", in_git=False)
     (project / "callbacks.py").write_text("# my own callbacks\n")
