@@ -47,6 +47,8 @@ def tiny(tmp_path_factory):
         "bert": tiny_models.bert(root / "bert"),
         "roberta": tiny_models.roberta(root / "roberta"),
         "timm": tiny_models.timm_weights(root / "test_resnet.safetensors"),
+        "gpt2": tiny_models.gpt2(root / "gpt2"),
+        "llama": tiny_models.llama(root / "llama"),
     }
 
 
@@ -189,6 +191,44 @@ def test_snapshot_test_pretrained_passes(tmp_path):
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, f"{task}:\n{out[-3000:]}"
         assert "3 passed" in out, out[-500:]
+
+
+# --- decoder-only backbones (GPT-2, Llama): no padding token of their own ---------------------
+
+TEXTS = ["goal", "the team won the match in the last minute of the season",
+         "bread and garlic soup", "a flight to tokyo"]
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_decoder_only_backbones_classify_padded_batches(projects, tiny, tmp_path, kind):
+    """Issue 29, item 3: text classification fine-tunes a GPT-2 or Llama (tokenizers without a
+    padding token) with batches of 8 padded texts; each text's logits in a padded batch are its
+    logits alone (the mask and the last-real-token pooling are right); the exported folder gives
+    the same logits on the same padded batch with transformers alone."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    project = projects[TEXT]
+    run = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "train.py", *SMALL[:4], "--batch-size", "8", "--epochs", "1",
+                           "--model", str(tiny[kind]), "--device", "cpu", "--out-dir", str(run)],
+                          cwd=project, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    model_py, data_py = import_generated(project, "model"), import_generated(project, "data")
+    model, cfg, data_info = model_py.load_trained(run / "final.pt", torch.device("cpu"))
+    tokenizer = data_py.load_tokenizer(cfg)
+    encoded = [tokenizer(text)["input_ids"] for text in TEXTS]
+    padded = tokenizer.pad({"input_ids": encoded}, return_tensors="pt")
+    assert (padded["attention_mask"] == 0).any(), "the batch needs padding"
+    with torch.no_grad():
+        batch_logits = model(padded["input_ids"])
+        alone = torch.cat([model(torch.tensor([ids])) for ids in encoded])
+        assert (batch_logits - alone).abs().max().item() < 1e-5
+        exported = AutoModelForSequenceClassification.from_pretrained(run / "model").eval()
+        hf_tokenizer = AutoTokenizer.from_pretrained(run / "model")
+        inputs = hf_tokenizer(TEXTS, padding=True, return_tensors="pt")
+        assert torch.equal(inputs["input_ids"], padded["input_ids"])
+        assert (exported(**inputs).logits - batch_logits).abs().max().item() < 1e-5
 
 
 # --- pretrained + fsdp: fine-tuned sharded on 2 ranks, exported whole ---------------------------

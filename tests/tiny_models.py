@@ -4,6 +4,8 @@
   on the words of the built-in text and token data;
 - `roberta(path)`: the same with a byte-level BPE tokenizer (RoBERTa/GPT-2 style: pre-split words
   need add_prefix_space=True);
+- `gpt2(path)`, `llama(path)`: 2-layer decoder-only models whose tokenizers have no padding
+  token (GPT-2's byte-level BPE; a Llama-style one that adds a beginning-of-text token);
 - `timm_weights(path)`: timm's `test_resnet` (370k parameters) saved as a safetensors file.
 
 Each is a real `save_pretrained` / `safetensors` file, loaded by the generated code exactly as a
@@ -74,6 +76,53 @@ def roberta(path: Path, seed: int = 0) -> Path:
         intermediate_size=64, max_position_embeddings=162, pad_token_id=tokenizer.pad_token_id,
     )
     RobertaModel(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return Path(path)
+
+
+def gpt2(path: Path, seed: int = 0) -> Path:
+    """A 2-layer GPT-2 (decoder only) with a byte-level BPE tokenizer that, like GPT-2's, has
+    no padding token: the generated code pads with the end-of-text token."""
+    import torch
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import GPT2Config, GPT2Model, GPT2Tokenizer
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(CORPUS * 3, vocab_size=320, special_tokens=["<|endoftext|>"])
+    Path(path).mkdir(parents=True, exist_ok=True)
+    bpe.save_model(str(path))
+    tokenizer = GPT2Tokenizer(vocab=str(Path(path, "vocab.json")), merges=str(Path(path, "merges.txt")))
+    assert tokenizer.pad_token is None
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=2, n_positions=160,
+                        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
+    GPT2Model(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return Path(path)
+
+
+def llama(path: Path, seed: int = 0) -> Path:
+    """A 2-layer Llama (decoder only, grouped-query attention) whose tokenizer adds a
+    beginning-of-text token and has no padding token."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import LlamaConfig, LlamaModel, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    tok.train_from_iterator(CORPUS * 3, trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"]))
+    bos = tok.token_to_id("<s>")
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                       special_tokens=[("<s>", bos)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                                        eos_token="</s>")
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=160, bos_token_id=bos,
+                         eos_token_id=tokenizer.eos_token_id)
+    LlamaModel(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return Path(path)
 

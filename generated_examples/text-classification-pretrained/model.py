@@ -15,7 +15,8 @@ from data import load_tokenizer
 
 class PretrainedClassifier(nn.Module):
     """[pretrained] The transformers model, called with token ids alone: the attention
-    mask is where the ids are not padding; the output is the logits."""
+    mask is where the ids are not padding; the output is the logits. (A GPT-2 or Llama
+    tokenizer pads with its end-of-text token, which it never adds to a text itself.)"""
 
     def __init__(self, transformer: nn.Module, pad_id: int):
         super().__init__()
@@ -41,6 +42,9 @@ def build_model(cfg, data_info: dict) -> nn.Module:
         # a head of another size is replaced, not an error
         ignore_mismatched_sizes=True,
     )
+    # a decoder-only model (GPT-2, Llama) classifies from its last token that is not
+    # padding: it must know the padding id (its tokenizer's end-of-text token)
+    transformer.config.pad_token_id = data_info["pad_id"]
     return PretrainedClassifier(transformer, data_info["pad_id"])
 
 

@@ -147,8 +147,10 @@ def load_tokenizer(cfg):
             f"model embeds only {config.vocab_size}: the tokenizer belongs to another "
             "model; save the model's own tokenizer beside it"
         )
-    if tokenizer.pad_token is None:  # GPT-2 style tokenizers have no padding token
+    if tokenizer.pad_token is None:  # GPT-2 and Llama style tokenizers have none
         tokenizer.pad_token = tokenizer.eos_token
+    # padding after the text: a decoder's positions count from its first real token
+    tokenizer.padding_side = "right"
     return tokenizer
 
 
