@@ -37,7 +37,7 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _dump(obj) -> bytes:
+def dump_json(obj) -> bytes:
     return (json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=True) + "\n").encode()
 
 
@@ -61,7 +61,7 @@ def make_record(
         "files": {path: sha256(data) for path, data in sorted(files.items())},
     }
     pristine = {path: data.decode("utf-8") for path, data in sorted(files.items())}
-    return {RECORD_FILE: _dump(record), PRISTINE_FILE: _dump(pristine)}
+    return {RECORD_FILE: dump_json(record), PRISTINE_FILE: dump_json(pristine)}
 
 
 @dataclass(frozen=True)
@@ -200,7 +200,7 @@ def with_generation(files: dict[str, bytes | None], generation: int) -> dict[str
         return files
     record = json.loads(data)
     record["generation"] = generation
-    return {**files, RECORD_FILE: _dump(record)}
+    return {**files, RECORD_FILE: dump_json(record)}
 
 
 def _short(exc) -> str:

@@ -28,25 +28,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scaffold import __version__, layers
-from scaffold.errors import ScaffoldError
-from scaffold.lock import project_lock
-from scaffold.merge import (
+from scaffold.engine import (
     ChangeResult,
     FileChange,
-    _check_compiles,
-    _conflicted_files,
-    _generated,
-    _git,
-    _merge_one,
-    _read,
-    _refuse_unsafe,
-    _report_lists,
-    _style,
-    _unified,
-    _user_python_files,
-    _write_result,
+    check_compiles,
+    conflicted_files,
+    find_git,
+    generated_files,
+    merge_one,
+    project_style,
+    read_file,
+    refuse_unsafe,
+    report_lists,
+    unified_diff,
+    user_python_files,
+    write_result,
 )
-from scaffold.record import RECORD_FILE, _dump, load_record
+from scaffold.errors import ScaffoldError
+from scaffold.lock import project_lock
+from scaffold.record import RECORD_FILE, dump_json, load_record
 from scaffold.render import black_version, render, template_fingerprint
 from scaffold.versions import TEMPLATE_VERSION, Migration, describe, migrations_between, version_of
 
@@ -131,7 +131,7 @@ def apply_migrations(project: Path, pristine: dict[str, bytes], migrations) -> M
     state = Migrated(dict(pristine))
 
     def yours(rel):
-        return state.yours[rel] if rel in state.yours else _read(project, rel)
+        return state.yours[rel] if rel in state.yours else read_file(project, rel)
 
     for migration in migrations:
         touched = []
@@ -155,8 +155,8 @@ def apply_migrations(project: Path, pristine: dict[str, bytes], migrations) -> M
                 if data is not None and _rename_flag(data, migration) != data:
                     state.yours[rel] = _rename_flag(data, migration)
                     touched.append(rel)
-            for rel in _user_python_files(project, state.base):
-                data = _read(project, rel)
+            for rel in user_python_files(project, state.base):
+                data = read_file(project, rel)
                 if data is not None and _rename_flag(data, migration) != data:
                     state.notes.append(
                         f"note: your {rel} uses {migration.old}, renamed to {migration.new}: "
@@ -199,7 +199,7 @@ def upgrade_project(
 
 
 def _upgrade(project: Path, dry_run, allow_dirty, echo, target) -> UpgradeResult:
-    git = _git()
+    git = find_git()
     record = load_record(project)
     answers = record.answers
     target = target or installed()
@@ -214,34 +214,34 @@ def _upgrade(project: Path, dry_run, allow_dirty, echo, target) -> UpgradeResult
     change = ChangeResult(list(answers.features), list(latest.features))
     result = UpgradeResult(record.template_version, target.version, change)
     up_to_date = _up_to_date(record, target) and not layer_changes
-    if not _conflicted_files(project, record.generated) and up_to_date:
+    if not conflicted_files(project, record.generated) and up_to_date:
         # (with markers left, an upgrade that ended in conflicts is up to date but not finished:
         # refused below, as add feature does)
         result.up_to_date = True
         echo(f"already at template {after} (scaffold {__version__}); nothing to do")
         return result
-    in_git = _refuse_unsafe(project, record, git, dry_run, allow_dirty)
+    in_git = refuse_unsafe(project, record, git, dry_run, allow_dirty)
     _refuse_downgrade(record, target)
 
     migrations = target.migrations
     if migrations is None:
         migrations = migrations_between(record.template_version or 0, target.version or 0)
-    migrated = apply_migrations(project, _generated(record.pristine), migrations)
+    migrated = apply_migrations(project, generated_files(record.pristine), migrations)
     result.migrations = migrated.done
     change.notes += migrated.notes
     for line in layer_changes:
         echo(line)
     rendered = render(latest, target.templates)  # theirs: the new templates and layers
-    theirs = _generated(rendered)
+    theirs = generated_files(rendered)
     record_files = _with_version({p: d for p, d in rendered.items() if p not in theirs}, target)
 
-    style = _style(project, migrated.base)
+    style = project_style(project, migrated.base)
     for rel in sorted(set(migrated.base) | set(theirs)):
         kwargs = {"yours": migrated.yours[rel]} if rel in migrated.yours else {}
         base = migrated.base.get(rel)
-        _merge_one(project, rel, base, theirs.get(rel), git, change, style=style, **kwargs)
+        merge_one(project, rel, base, theirs.get(rel), git, change, style=style, **kwargs)
     _count_migrated_files(project, migrated, change)
-    _check_compiles(change)
+    check_compiles(change)
 
     for note in change.notes:
         echo(note)
@@ -249,11 +249,11 @@ def _upgrade(project: Path, dry_run, allow_dirty, echo, target) -> UpgradeResult
         echo(f"migration: {line}")
     if dry_run:
         for item in change.changes:
-            echo(_unified(item.path, item.before, item.after).rstrip("\n"))
+            echo(unified_diff(item.path, item.before, item.after).rstrip("\n"))
         _report(result, before, after, echo, dry_run=True)
         return result
 
-    _write_result(project, change, record_files, record.generation, in_git, git, allow_dirty)
+    write_result(project, change, record_files, record.generation, in_git, git, allow_dirty)
     _report(result, before, after, echo, dry_run=False)
     return result
 
@@ -263,14 +263,14 @@ def _with_version(record_files: dict[str, bytes], target: Installed) -> dict[str
     caller gave: tests upgrade to templates that no release shipped)."""
     record = json.loads(record_files[RECORD_FILE])
     record["template_version"] = target.version
-    return {**record_files, RECORD_FILE: _dump(record)}
+    return {**record_files, RECORD_FILE: dump_json(record)}
 
 
 def _count_migrated_files(project: Path, migrated: Migrated, change: ChangeResult) -> None:
     """A merge compares with your migrated files; what is written replaces the ones on disk."""
     by_path = {c.path: c for c in change.changes}
     for rel, data in sorted(migrated.yours.items()):
-        disk = _read(project, rel)
+        disk = read_file(project, rel)
         item = by_path.get(rel)
         if item is not None:
             item.before = disk
@@ -284,7 +284,7 @@ def _count_migrated_files(project: Path, migrated: Migrated, change: ChangeResul
 
 def _report(result: UpgradeResult, before: str, after: str, echo, dry_run: bool) -> None:
     change = result.change
-    _report_lists(change, echo)
+    report_lists(change, echo)
     if dry_run:
         echo(
             f"dry run: template {before} -> {after}; {len(change.changes)} files would change; "
@@ -327,7 +327,7 @@ def upgrade_diff(
     migrations = target.migrations
     if migrations is None:
         migrations = migrations_between(record.template_version or 0, target.version or 0)
-    pristine = _generated(record.pristine)
+    pristine = generated_files(record.pristine)
     # The pristine files as the migrations leave them; the user's files play no part.
     base, moved = dict(pristine), {}
     for migration in migrations:
@@ -337,7 +337,7 @@ def upgrade_diff(
                 moved[migration.new] = moved.pop(migration.old, migration.old)
         else:
             base = {rel: _rename_flag(data, migration) for rel, data in base.items()}
-    theirs = _generated(render(latest, target.templates))
+    theirs = generated_files(render(latest, target.templates))
     parts = []
     for rel in sorted(set(base) | set(theirs)):
         old_rel = moved.get(rel, rel)

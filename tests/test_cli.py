@@ -250,6 +250,21 @@ def test_help_shows_plain_metavars():
     assert "[OPTIONS] NAME" in text and "--project DIR" in text
 
 
+def test_no_scaffold_module_imports_another_modules_private_names():
+    """Issue 41, item 1: modules meet through public names (merge.py and upgrade.py use the merge
+    engine's, scaffold/engine.py); a `from scaffold.x import _name` anywhere in scaffold/ fails."""
+    import ast
+
+    private = []
+    for path in sorted((REPO / "scaffold").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("scaffold"):
+                private += [f"{path.name}: {node.module}.{alias.name}" for alias in node.names
+                            if alias.name.startswith("_") and not alias.name.startswith("__")]
+    assert not private, private
+    assert (REPO / "scaffold" / "engine.py").is_file()
+
+
 def test_scaffold_is_formatted_and_lint_clean():
     """scaffold's own code: ruff format, and ruff check with import sorting and pyupgrade (I, UP),
     as configured in pyproject.toml."""

@@ -379,7 +379,7 @@ def test_allow_dirty_backs_up_the_dirty_tracked_files(tmp_path):
 
 
 def test_backups_do_not_pile_up_and_git_ignores_them(tmp_path):
-    from scaffold.merge import KEEP_BACKUPS
+    from scaffold.engine import KEEP_BACKUPS
 
     project = make_project(tmp_path / "p", in_git=False)
     for _ in range(3):
