@@ -71,7 +71,11 @@ class Answers:
 
     def validated(self, load_layers: bool = True) -> Answers:
         """With `load_layers=False` (reading a record) the layers are not fetched or read, so the
-        features are checked only as names; render and merge validate again, in full."""
+        features are checked only as names; render and merge validate again, in full. Answers
+        that a full validation returned come back as they are: a command validates once, however
+        many of its steps (new_project, render) ask for validated answers."""
+        if load_layers and self.__dict__.get("_validated"):
+            return self
         if not isinstance(self.features, (list, tuple)) or not all(
             isinstance(name, str) for name in self.features
         ):
@@ -88,13 +92,16 @@ class Answers:
             features = tuple(resolve_features([*features, *always], catalogue))
         elif not pins:
             features = tuple(resolve_features(features))
-        return Answers(
+        answers = Answers(
             project_name=check_name(self.project_name),
             task=check_task(self.task),
             features=features,
             description=check_description(self.description),
             layers=pins,
         )
+        if load_layers:  # not a field: dataclasses.replace() makes answers to validate again
+            object.__setattr__(answers, "_validated", True)
+        return answers
 
     def with_latest_layers(self) -> Answers:
         """These answers with each layer at its newest version: a git layer fetched and its ref

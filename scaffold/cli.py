@@ -191,8 +191,8 @@ def new(
         check_name(answers.project_name)  # before any question: answers are never asked in vain
         check_description(answers.description)
         answers = _ask(answers, ask_all=task is None and not names)
-    files = new_project(Path(path), answers, force=force)
     answers = answers.validated()
+    files = new_project(Path(path), answers, force=force)
     typer.echo(
         f"created {path} ({answers.task}; features: {', '.join(answers.features) or 'none'}, "
         f"{len(files)} files)"

@@ -250,6 +250,30 @@ def test_help_shows_plain_metavars():
     assert "[OPTIONS] NAME" in text and "--project DIR" in text
 
 
+def test_scaffold_new_validates_its_answers_once(tmp_path, monkeypatch):
+    """Issue 41, item 2: `scaffold new` checks its answers (features resolved against the
+    catalogue and the layers) once, though the CLI, new_project and render each ask for validated
+    answers; answers changed with dataclasses.replace are validated again."""
+    import dataclasses
+
+    from typer.testing import CliRunner
+
+    import scaffold.answers as answers_module
+    from scaffold.cli import app
+
+    calls = []
+    real = answers_module.resolve_features
+    monkeypatch.setattr(answers_module, "resolve_features",
+                        lambda *args, **kwargs: calls.append(args) or real(*args, **kwargs))
+    result = CliRunner().invoke(app, ["new", str(tmp_path / "p"), "-f", "amp"])
+    assert result.exit_code == 0, result.output
+    assert len(calls) == 1, calls
+    answers = answers_module.Answers(project_name="p", features=("amp",)).validated()
+    assert answers.validated() is answers and len(calls) == 2
+    changed = dataclasses.replace(answers, features=("amp", "resume")).validated()
+    assert changed.features == ("amp", "resume") and len(calls) == 3
+
+
 def test_no_scaffold_module_imports_another_modules_private_names():
     """Issue 41, item 1: modules meet through public names (merge.py and upgrade.py use the merge
     engine's, scaffold/engine.py); a `from scaffold.x import _name` anywhere in scaffold/ fails."""
