@@ -114,7 +114,50 @@ def multi_label(files, project):
     section = readme_block("# model.py: in place of compute_loss, summed_loss, loss_count, "
                            "validation_sums, validation_metrics")
     files = {**files, "model.py": (model[:start] + section + "\n\n" + model[end:]).encode()}
-    return _sub(files, "train.py", '    "val_acc",\n]', '    "val_acc",\n    "val_f1",\n]', 1)
+    files = _sub(files, "train.py", '    "val_acc",\n]', '    "val_acc",\n    "val_f1",\n]', 1)
+    return multi_label_evaluation(files)
+
+
+def multi_label_evaluation(files):
+    """The worked example, after training: evaluate.py scores tags (the README's code), predict.py
+    uses the sigmoid, and test_after_training.py checks per-tag numbers and val_f1."""
+    files = _sub(files, "data.py", "def build_eval_set(", "def build_class_eval_set(", 1)
+    files = {**files, "data.py": files["data.py"] + b"\n\n" + readme_block("# data.py: after Tagged").encode()}
+    files = _sub(files, "evaluate.py", "from sklearn.metrics import classification_report, confusion_matrix\n",
+                 "from sklearn.metrics import classification_report\n", 1)
+    text = files["evaluate.py"].decode()
+    start, end = text.index("@torch.no_grad()\ndef predict_split("), text.index("def main(")
+    text = text[:start] + readme_block("# evaluate.py: in place of predict_split and main's scoring") + "\n\n" + text[end:]
+    start = text.index('    classes = data_info["classes"]\n    loss_sum, probabilities, targets = predict_split(')
+    end = text.index("    return results\n", start) + len("    return results\n")
+    text = text[:start] + "    return score(args, data_info, names, *predict_split(model, loader, device))\n" + text[end:]
+    files = {**files, "evaluate.py": text.encode()}
+    files = _sub(files, "predict.py", ".float().softmax(-1)", ".float().sigmoid()", 1)
+    rel = "tests/test_after_training.py"
+    files = _sub(files, rel, '    assert results["accuracy"] == logged["val_acc"]\n',
+                 '    assert results["accuracy"] == logged["val_acc"]\n'
+                 '    assert results["micro_f1"] == pytest.approx(logged["val_f1"], abs=1e-12)\n', 1)
+    text = files[rel].decode()
+    start = text.index('    classes = list(results["per_class"])\n')
+    end = text.index('    assert results["accuracy"] == accuracy\n', start)
+    text = text[:start] + PER_TAG_CHECK + text[end:]
+    return {**files, rel: text.encode()}
+
+
+PER_TAG_CHECK = """    tags = list(results["per_class"])
+    y_true = [[tag in row["target"] for tag in tags] for row in rows]
+    y_pred = [[tag in row["predicted"] for tag in tags] for row in rows]
+    precision, recall, f1, support = precision_recall_fscore_support(
+        y_true, y_pred, zero_division=0
+    )
+    for i, name in enumerate(tags):
+        scores = results["per_class"][name]
+        assert scores["precision"] == pytest.approx(precision[i], abs=1e-12)
+        assert scores["recall"] == pytest.approx(recall[i], abs=1e-12)
+        assert scores["f1"] == pytest.approx(f1[i], abs=1e-12)
+        assert scores["support"] == support[i]
+    accuracy = sum(t == p for t, p in zip(y_true, y_pred, strict=True)) / len(rows)
+"""
 
 
 def crlf(files, project):
@@ -271,7 +314,8 @@ SCENARIOS = [
     Scenario("own-metric", own_metric, [("model.py", '"val_error"'), ("train.py", '"val_error"')],
              modes=("add",)),
     Scenario("multi-label", multi_label, [("model.py", "binary_cross_entropy_with_logits"),
-                                          ("data.py", "class Tagged"), ("train.py", '"val_f1"')],
+                                          ("data.py", "class Tagged"), ("train.py", '"val_f1"'),
+                                          ("evaluate.py", "def score(")],
              modes=("add",)),
     Scenario("crlf", crlf, [("train.py", "\r\n")]),
     Scenario("crlf-mixed", crlf_mixed, [], check=lf_lines_kept),

@@ -282,9 +282,9 @@ def test_your_own_metric_is_logged_by_two_ranks(tmp_path):
 def test_a_multi_label_head_is_never_rewritten_by_a_feature(tmp_path, feature):
     """The README's worked example (a multi-label head, BCEWithLogitsLoss, dict batches from
     data.py, a val_f1 column): amp, grad-accum, ddp and fsdp wrap model.py's calls, so each merges
-    cleanly and leaves model.py and data.py as the user wrote them."""
+    cleanly and leaves model.py, data.py and evaluate.py as the user wrote them."""
     project = edited_project(tmp_path, "multi-label")
-    edited = {rel: (project / rel).read_bytes() for rel in ("model.py", "data.py")}
+    edited = {rel: (project / rel).read_bytes() for rel in ("model.py", "data.py", "evaluate.py")}
     assert b"binary_cross_entropy_with_logits" in edited["model.py"]
     result, lines = change(project, feature)
     assert result.exit_code == 0 and result.markers == 0, lines
@@ -312,8 +312,8 @@ def write_tagged_images(root: Path) -> None:
 
 @pytest.mark.slow
 def test_a_multi_label_project_passes_its_own_suite_on_its_own_data(tmp_path):
-    """The worked example, then ddp added: the project's whole suite (but the single-label
-    reports of test_after_training.py) passes on the built-in data and with --data-dir=DATA on
+    """The worked example, then ddp added: the project's whole suite (evaluate.py's per-tag
+    numbers and predict.py included) passes on the built-in data and with --data-dir=DATA on
     tagged image folders, two gloo ranks included; a training on DATA learns its two tags."""
     from conftest import TINY
 
@@ -322,14 +322,13 @@ def test_a_multi_label_project_passes_its_own_suite_on_its_own_data(tmp_path):
     data_dir = tmp_path / "data"
     write_tagged_images(data_dir)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-    pytest_run = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
-                  "--deselect", "tests/test_after_training.py"]
+    pytest_run = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider"]
     for extra in ([], [f"--data-dir={data_dir}"]):
         proc = subprocess.run([*pytest_run, *extra], cwd=project, capture_output=True, text=True,
                               timeout=1200, env=env)
         assert proc.returncode == 0, (extra, proc.stdout[-4000:] + proc.stderr[-2000:])
         ran = re.findall(r"^tests/(test_\w+)\.py::\S+ PASSED", proc.stdout, re.M)
-        assert {"test_core", "test_data", "test_ddp"} <= set(ran), proc.stdout[-4000:]
+        assert {"test_core", "test_data", "test_ddp", "test_after_training"} <= set(ran), proc.stdout[-4000:]
         assert "SKIPPED" not in proc.stdout and "FAILED" not in proc.stdout
     proc = subprocess.run([sys.executable, "train.py", *TINY, "--data-dir", str(data_dir),
                            "--epochs", "2", "--out-dir", "run"], cwd=project, capture_output=True,
