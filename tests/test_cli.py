@@ -306,8 +306,8 @@ def test_scaffold_modules_import_only_downward():
     import ast
 
     order = ["errors", "versions", "paths", "catalogue", "blocks", "cache", "layers", "answers", "record",
-             "imports", "render", "write", "lock", "project", "textio", "style", "meaning", "merge", "upgrade",
-             "prompts", "cli"]
+             "imports", "render", "write", "lock", "project", "textio", "style", "meaning", "engine", "merge",
+             "upgrade", "prompts", "cli"]
     for position, name in enumerate(order):
         tree = ast.parse((REPO / "scaffold" / f"{name}.py").read_text())
         for node in ast.walk(tree):
