@@ -34,8 +34,8 @@ def render_into(job: tuple[str, tuple[str, ...], str]) -> str:
     return dest
 
 
-# the default task's 90 pairs are in the fast subset (about 40 s of rendering on 2 cores with
-# black's cache cold); the other tasks' in the slow one
+# the default task's 90 pairs are in the fast subset (about 150 s of CPU with black's cache
+# cold, two render processes); the other tasks' in the slow one
 PAIR_TASKS = [task if task == DEFAULT_TASK else pytest.param(task, marks=pytest.mark.slow)
               for task in TASKS]
 
