@@ -59,7 +59,10 @@ def projects(tmp_path_factory):
 
 
 def import_generated(project: Path, name: str):
-    """A generated module, imported under its own name from the project folder."""
+    """A generated module, imported under its own name from the project folder. The project's
+    modules it imports in turn (`from data import ...`) leave sys.modules again: another project's
+    model.py must find its own data.py, not this one's."""
+    before = set(sys.modules)
     sys.path.insert(0, str(project))
     try:
         spec = importlib.util.spec_from_file_location(f"generated_{name}_{project.name}", project / f"{name}.py")
@@ -68,6 +71,9 @@ def import_generated(project: Path, name: str):
         return module
     finally:
         sys.path.remove(str(project))
+        for other in set(sys.modules) - before:
+            if str(getattr(sys.modules[other], "__file__", None) or "").startswith(str(project)):
+                del sys.modules[other]
 
 
 # --- sub-word alignment, hand-checked -----------------------------------------------------------
