@@ -70,7 +70,7 @@ class Setup:
     def __init__(self, work: Path):
         from scaffold import __version__
         from scaffold.answers import Answers
-        from scaffold.render import render, template_dir
+        from scaffold.render import project_files, template_dir
 
         self.work = work
         self.version = __version__
@@ -84,7 +84,7 @@ class Setup:
             (dest / "project" / "{{ _copier_conf.answers_file }}.jinja").write_text(ANSWERS_TEMPLATE)
         commit_all(self.git_template, "template")
         git(self.git_template, "tag", TAG)
-        self.scaffold_files = render(Answers(project_name="cli-bench"))
+        self.scaffold_files = project_files(Answers(project_name="cli-bench"))
 
     def fresh_dir(self, kind: str) -> Path:
         self.counter += 1

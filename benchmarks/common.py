@@ -49,7 +49,7 @@ def project_features(name: str) -> list[str]:
 def render_project(root: Path, name: str, features=None, task: str = "image-classification") -> Path:
     """Render a project with scaffold's own renderer into root/name (once; reused if there)."""
     from scaffold.answers import Answers
-    from scaffold.render import render
+    from scaffold.render import project_files
     from scaffold.write import write_new_project
 
     dest = Path(root) / name
@@ -58,7 +58,7 @@ def render_project(root: Path, name: str, features=None, task: str = "image-clas
     features = project_features(name) if features is None else list(features)
     project_name = "bench-" + "".join(c if c.isalnum() else "-" for c in name)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    files = render(Answers(project_name=project_name, task=task, features=features))
+    files = project_files(Answers(project_name=project_name, task=task, features=features))
     write_new_project(dest, files)
     return dest
 

@@ -368,11 +368,11 @@ def _install_memo():
     _RENDERS.clear()
     fingerprint = render_mod.template_fingerprint()
 
-    def memo(answers):
+    def memo(answers, templates=None):
         if (answers.project_name == NAME and answers.task == "image-classification"
-                and render_mod.template_fingerprint() == fingerprint):
+                and templates is None and render_mod.template_fingerprint() == fingerprint):
             return render(answers.features)
-        return previous(answers)
+        return previous(answers, templates)
 
     render_mod.render = memo
 
@@ -473,7 +473,7 @@ def run_one(scenario: Scenario, mode: str, feature: str, workdir: Path) -> tuple
     import scaffold.render as render_mod
 
     project = workdir / f"{scenario.name}-{mode}-{feature}"
-    write_new_project(project, render_mod.render(Answers(NAME, "image-classification", start)))
+    write_new_project(project, render_mod.project_files(Answers(NAME, "image-classification", start)))
     files = _tree(project)
     try:
         edited = scenario.edit(files, project)

@@ -66,7 +66,7 @@ class Setup:
     def __init__(self, work: Path, from_version: int, features: list[str]):
         from scaffold import __version__
         from scaffold.answers import Answers
-        from scaffold.render import render, template_dir
+        from scaffold.render import project_files, render, template_dir
         from scaffold.versions import TEMPLATE_VERSION, history
 
         self.work, self.version, self.counter = work, __version__, 0
@@ -100,7 +100,7 @@ class Setup:
             commit_all(self.copier_template, tag)
             git(self.copier_template, "tag", tag)
         answers = Answers(project_name="upgrade-bench", features=features)
-        self.scaffold_old = render(answers, self.old_templates)
+        self.scaffold_old = project_files(answers, self.old_templates)
         self.scaffold_new = render(answers)
         self.new_line = _a_new_line(self.scaffold_old["train.py"], self.scaffold_new["train.py"])
 

@@ -74,14 +74,14 @@ def render_example(name: str) -> dict[str, bytes]:
 
     from scaffold.answers import Answers
     from scaffold.layers import Pin
-    from scaffold.render import render
+    from scaffold.render import project_files
 
     if name in LAYERED_EXAMPLES:
         task, features, layer = LAYERED_EXAMPLES[name]
         here = os.getcwd()
         os.chdir(REPO)  # the layer's recorded source is relative to the repository
         try:
-            return render(
+            return project_files(
                 Answers(
                     project_name=_project_name(name),
                     task=task,
@@ -92,7 +92,7 @@ def render_example(name: str) -> dict[str, bytes]:
         finally:
             os.chdir(here)
     task, features = EXAMPLES[name]
-    return render(Answers(project_name=_project_name(name), task=task, features=features))
+    return project_files(Answers(project_name=_project_name(name), task=task, features=features))
 
 
 def _project_name(name: str) -> str:

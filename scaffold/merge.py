@@ -52,7 +52,13 @@ from scaffold.errors import ScaffoldError, UsageError
 from scaffold.lock import project_lock
 from scaffold.meaning import Gone, bound_names, config_fields, find_leftovers, name_tokens
 from scaffold.record import RECORD_FILE, Record, load_record, sha256
-from scaffold.render import base_is_current, black_version, render, template_fingerprint
+from scaffold.render import (
+    base_is_current,
+    black_version,
+    record_of,
+    render,
+    template_fingerprint,
+)
 from scaffold.versions import TEMPLATE_VERSION, describe
 
 
@@ -179,9 +185,9 @@ def _change_feature(project: Path, name: str, add, dry_run, allow_dirty, echo) -
 
     result = ChangeResult(features_before=list(old_answers.features), features_after=new_features)
     base_files = _base_files(record, result.notes, name)
-    rendered = render(dataclasses.replace(old_answers, features=tuple(new_features)))
-    theirs_files = generated_files(rendered)
-    record_files = {p: d for p, d in rendered.items() if p not in theirs_files}
+    new_answers = dataclasses.replace(old_answers, features=tuple(new_features))
+    theirs_files = render(new_answers)
+    record_files = record_of(new_answers, theirs_files)
 
     gone = _gone(base_files, theirs_files, result)
     style = project_style(project, base_files)
@@ -322,8 +328,8 @@ def _feature_diff(project: Path, name: str) -> str:
     if base_is_current(record):
         this_render = generated_files(record.pristine)  # already the render of the current answers
     else:
-        this_render = generated_files(render(answers))
-    other_render = generated_files(render(other_answers))
+        this_render = render(answers)
+    other_render = render(other_answers)
     without, with_ = (other_render, this_render) if name in current else (this_render, other_render)
     parts = []
     for rel in sorted(set(without) | set(with_)):

@@ -8,7 +8,7 @@ from pathlib import Path
 from scaffold.answers import Answers
 from scaffold.errors import ScaffoldError
 from scaffold.lock import project_lock
-from scaffold.render import render
+from scaffold.render import project_files
 from scaffold.write import check_destination, write_new_project
 
 
@@ -27,7 +27,7 @@ def new_project(
     ):
         # Refuse before rendering: a bad destination should not cost a render.
         check_destination(dest, force)
-        files = render(answers)
+        files = project_files(answers)
         try:
             write_new_project(dest, files, force=force)
         except OSError as exc:

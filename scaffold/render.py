@@ -63,9 +63,9 @@ def base_is_current(record: Record) -> bool:
 
 
 def render(answers: Answers, templates: Path | None = None) -> dict[str, bytes]:
-    """Render the template for `answers` and return {relative posix path: bytes}, black-formatted.
+    """Render the template for `answers` and return the project's files, {relative posix path:
+    bytes}, black-formatted; no record (`project_files` adds it).
 
-    The result includes the project's record (`.scaffold/record.json`) and pristine copy.
     `templates`: another template folder than the installed one (an older version's, in tests).
     """
     answers = answers.validated()
@@ -85,19 +85,40 @@ def render(answers: Answers, templates: Path | None = None) -> dict[str, bytes]:
     own_modules = {PurePosixPath(path).stem for path in files if path.endswith(".py")}
     files = {path: format_file(path, data, own_modules) for path, data in files.items()}
     _check_no_template_syntax(files)
-    fingerprint = template_fingerprint(templates)
-    files.update(
-        make_record(
-            answers,
-            files,
-            template=fingerprint,
-            black_version=black_version(),
-            # the installed templates are TEMPLATE_VERSION (a test keeps the history in step);
-            # another folder's is looked up in the history (None: never shipped)
-            template_version=TEMPLATE_VERSION if templates is None else version_of(fingerprint),
-        )
-    )
     return files
+
+
+def installed_templates(templates: Path | None = None) -> tuple[str, int | None]:
+    """(fingerprint, version) of the installed templates, or of another folder's (its version
+    looked up in the history; None: never shipped)."""
+    fingerprint = template_fingerprint(templates)
+    # the installed templates are TEMPLATE_VERSION (a test keeps the history in step)
+    return fingerprint, TEMPLATE_VERSION if templates is None else version_of(fingerprint)
+
+
+def record_of(
+    answers: Answers, files: dict[str, bytes], target: tuple[str, int | None] | None = None
+) -> dict[str, bytes]:
+    """The record of `files`, the render of `answers`: `.scaffold/record.json` and the pristine
+    copy. The one place a record is made (`scaffold new`, add/remove feature, upgrade).
+
+    `target`: (fingerprint, version) of the templates that rendered them (`installed_templates`);
+    None: the installed ones."""
+    fingerprint, template_version = target if target is not None else installed_templates()
+    return make_record(
+        answers.validated(),  # as rendered: features in the catalogue's order
+        files,
+        template=fingerprint,
+        black_version=black_version(),
+        template_version=template_version,
+    )
+
+
+def project_files(answers: Answers, templates: Path | None = None) -> dict[str, bytes]:
+    """What `scaffold new` writes: the render of `answers` and its record."""
+    answers = answers.validated()
+    files = render(answers, templates)
+    return {**files, **record_of(answers, files, installed_templates(templates))}
 
 
 def template_data(answers: Answers) -> dict:

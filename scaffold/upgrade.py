@@ -21,7 +21,6 @@ renders with `unsafe=False` and no tasks, as for `new`.
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,9 +45,9 @@ from scaffold.engine import (
 )
 from scaffold.errors import ScaffoldError
 from scaffold.lock import project_lock
-from scaffold.record import RECORD_FILE, dump_json, load_record
-from scaffold.render import black_version, render, template_fingerprint
-from scaffold.versions import TEMPLATE_VERSION, Migration, describe, migrations_between, version_of
+from scaffold.record import load_record
+from scaffold.render import black_version, installed_templates, record_of, render
+from scaffold.versions import Migration, describe, migrations_between
 
 
 @dataclass
@@ -62,10 +61,8 @@ class Installed:
 
 
 def installed(templates: Path | None = None, version: int | None = None) -> Installed:
-    fingerprint = template_fingerprint(templates)
-    if version is None:
-        version = TEMPLATE_VERSION if templates is None else version_of(fingerprint)
-    return Installed(fingerprint, version, templates)
+    fingerprint, shipped = installed_templates(templates)
+    return Installed(fingerprint, shipped if version is None else version, templates)
 
 
 def _up_to_date(record, target: Installed) -> bool:
@@ -231,9 +228,10 @@ def _upgrade(project: Path, dry_run, allow_dirty, echo, target) -> UpgradeResult
     change.notes += migrated.notes
     for line in layer_changes:
         echo(line)
-    rendered = render(latest, target.templates)  # theirs: the new templates and layers
-    theirs = generated_files(rendered)
-    record_files = _with_version({p: d for p, d in rendered.items() if p not in theirs}, target)
+    theirs = render(latest, target.templates)  # the new templates and layers
+    # the new record names the version upgraded to (for another template folder, the one the
+    # caller gave: tests upgrade to templates that no release shipped)
+    record_files = record_of(latest, theirs, (target.fingerprint, target.version))
 
     style = project_style(project, migrated.base)
     for rel in sorted(set(migrated.base) | set(theirs)):
@@ -256,14 +254,6 @@ def _upgrade(project: Path, dry_run, allow_dirty, echo, target) -> UpgradeResult
     write_result(project, change, record_files, record.generation, in_git, git, allow_dirty)
     _report(result, before, after, echo, dry_run=False)
     return result
-
-
-def _with_version(record_files: dict[str, bytes], target: Installed) -> dict[str, bytes]:
-    """The new record names the version upgraded to (for another template folder, the one the
-    caller gave: tests upgrade to templates that no release shipped)."""
-    record = json.loads(record_files[RECORD_FILE])
-    record["template_version"] = target.version
-    return {**record_files, RECORD_FILE: dump_json(record)}
 
 
 def _count_migrated_files(project: Path, migrated: Migrated, change: ChangeResult) -> None:
@@ -337,7 +327,7 @@ def upgrade_diff(
                 moved[migration.new] = moved.pop(migration.old, migration.old)
         else:
             base = {rel: _rename_flag(data, migration) for rel, data in base.items()}
-    theirs = generated_files(render(latest, target.templates))
+    theirs = render(latest, target.templates)
     parts = []
     for rel in sorted(set(base) | set(theirs)):
         old_rel = moved.get(rel, rel)

@@ -32,11 +32,11 @@ TINY = [
 def render_project(dest: Path, task: str = "image-classification", features=(), name=None) -> Path:
     """Render a project with scaffold's own renderer and write it to `dest`; return `dest`."""
     from scaffold.answers import Answers
-    from scaffold.render import render
+    from scaffold.render import project_files
     from scaffold.write import write_new_project
 
     answers = Answers(project_name=name or Path(dest).name, task=task, features=list(features))
-    write_new_project(Path(dest), render(answers))
+    write_new_project(Path(dest), project_files(answers))
     return Path(dest)
 
 

@@ -155,7 +155,6 @@ def test_render_failure_leaves_nothing(tmp_path, monkeypatch):
         raise ScaffoldError("boom")
 
     monkeypatch.setattr(render_mod, "format_file", broken)
-    monkeypatch.setattr("scaffold.project.render", render_mod.render)
     with pytest.raises(ScaffoldError):
         new_project(tmp_path / "p", Answers(project_name="p"))
     assert list(tmp_path.iterdir()) == []
@@ -272,6 +271,34 @@ def test_scaffold_new_validates_its_answers_once(tmp_path, monkeypatch):
     assert answers.validated() is answers and len(calls) == 2
     changed = dataclasses.replace(answers, features=("amp", "resume")).validated()
     assert changed.features == ("amp", "resume") and len(calls) == 3
+
+
+def test_render_returns_files_and_the_record_is_made_in_one_place(tmp_path):
+    """Issue 41, item 2: render() returns the project's files only; the record is made by
+    render.record_of alone (new, add/remove and upgrade call it), so nothing separates a record
+    out of a render again; `scaffold new` writes exactly the render and its record."""
+    import ast
+
+    from scaffold.project import new_project
+    from scaffold.record import PRISTINE_FILE, RECORD_FILE, load_record
+    from scaffold.render import record_of, render
+
+    answers = Answers(project_name="p", features=("amp",))
+    files = render(answers)
+    assert "train.py" in files and not [p for p in files if p.startswith(".scaffold/")]
+    written = new_project(tmp_path / "p", answers)
+    assert written == {**files, **record_of(answers, files)}
+    assert set(written) - set(files) == {RECORD_FILE, PRISTINE_FILE}
+    assert load_record(tmp_path / "p").pristine == files
+    callers = []
+    for path in sorted((REPO / "scaffold").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for function in ast.walk(tree):
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                callers += [f"{path.name}:{function.name}" for node in ast.walk(function)
+                            if isinstance(node, ast.Call)
+                            and getattr(node.func, "id", getattr(node.func, "attr", "")) == "make_record"]
+    assert callers == ["render.py:record_of"], callers
 
 
 def test_no_scaffold_module_imports_another_modules_private_names():

@@ -45,7 +45,7 @@ from scaffold.errors import ScaffoldError, UsageError
 from scaffold.lock import project_lock
 from scaffold.answers import NAME_RE, Answers, check_description, check_name
 from scaffold.record import PRISTINE_FILE, RECORD_FILE
-from scaffold.render import render
+from scaffold.render import project_files
 from scaffold.write import JOURNAL_FILE, STAGING_DIR, recover, write_files, write_new_project
 
 try:
@@ -87,7 +87,7 @@ def rendered(copier_calls):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(copier, "run_copy", spy)
-        return render(Answers(project_name=PLACEHOLDER_NAME, description=PLACEHOLDER_DESC))
+        return project_files(Answers(project_name=PLACEHOLDER_NAME, description=PLACEHOLDER_DESC))
 
 
 def read_tree(root: Path, skip_backups: bool = True) -> dict[str, bytes]:
@@ -236,7 +236,7 @@ def accepted(strategy, check):
     "<!-- x --> é 日本 🙂 ${HOME} %s {0} ../../etc/passwd",
 )
 def test_accepted_answers_land_only_as_data(rendered, name, description):
-    files = render(Answers(project_name=name, description=description))
+    files = project_files(Answers(project_name=name, description=description))
     assert_only_as_data(files, rendered, name, description)
 
 
@@ -306,7 +306,7 @@ def test_a_template_that_wants_to_run_code_is_refused(tmp_path, monkeypatch):
 @pytest.fixture
 def fast_render(monkeypatch, rendered):
     """`scaffold new` with the shared render (every refusal below happens before or after it)."""
-    monkeypatch.setattr("scaffold.project.render", lambda answers: dict(rendered))
+    monkeypatch.setattr("scaffold.project.project_files", lambda answers: dict(rendered))
 
 
 def _dest_file(tmp):
@@ -705,7 +705,7 @@ def test_ctrl_c_while_rendering_is_one_line_and_writes_nothing(tmp_path, monkeyp
         time.sleep(5)
         raise AssertionError("SIGINT was not delivered")
 
-    monkeypatch.setattr("scaffold.project.render", interrupted_render)
+    monkeypatch.setattr("scaffold.project.project_files", interrupted_render)
     old = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         code, _, stderr = cli("new", str(tmp_path / "p"), "--defaults")

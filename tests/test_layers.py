@@ -28,7 +28,7 @@ from scaffold.cli import app
 from scaffold.errors import ScaffoldError
 from scaffold.examples import LAYERED_EXAMPLES, ROOT, render_example
 from scaffold.merge import change_feature
-from scaffold.render import render
+from scaffold.render import project_files, render
 from scaffold.tags import feature_lines
 from scaffold.write import write_new_project
 from test_tags import untagged_lines
@@ -101,7 +101,7 @@ def test_layered_projects_run_without_scaffold_or_the_layer(tmp_path, acme):
     projects = {}
     for task, extra in [(t, []) for t in TASKS] + [("text-classification", ["ddp"])]:
         name = f"{task}-{'-'.join(extra) or 'plain'}"
-        files = render(Answers(f"p{len(projects)}", task, ("jsonl-log", *extra), layers=(str(acme),)))
+        files = project_files(Answers(f"p{len(projects)}", task, ("jsonl-log", *extra), layers=(str(acme),)))
         write_new_project(tmp_path / name, files)
         projects[name] = tmp_path / name
     shutil.rmtree(acme)
@@ -141,7 +141,9 @@ def test_layered_projects_run_without_scaffold_or_the_layer(tmp_path, acme):
 
 def test_add_and_remove_the_layer_feature_in_an_edited_project(tmp_path, acme):
     project = tmp_path / "proj"
-    write_new_project(project, render(Answers("proj", "image-classification", layers=(str(acme),))))
+    write_new_project(
+        project, project_files(Answers("proj", "image-classification", layers=(str(acme),)))
+    )
     train = project / "train.py"
     edited = train.read_text().replace(
         "    print(f\"done: {step} updates",
@@ -337,7 +339,7 @@ def test_an_always_on_feature_is_in_every_project_and_cannot_be_removed(tmp_path
     manifest.write_text(manifest.read_text().replace("features = []", 'features = ["jsonl-log"]'))
     project = tmp_path / "proj"
     answers = Answers("proj", "text-classification", layers=(str(acme),))
-    write_new_project(project, render(answers))
+    write_new_project(project, project_files(answers))
     assert (project / "experiment_log.py").is_file()
     with pytest.raises(ScaffoldError, match="'jsonl-log' is always on in layer 'acme'"):
         change_feature(project, "jsonl-log", add=False, echo=lambda *_: None)

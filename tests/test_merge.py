@@ -33,11 +33,11 @@ def memo_render(monkeypatch):
 
     real = render_mod.render
 
-    def render(answers):
+    def render(answers, templates=None):
         key = (answers.project_name, answers.task, tuple(sorted(answers.features)),
-               answers.description, render_mod.template_fingerprint())
+               answers.description, render_mod.template_fingerprint(templates), str(templates))
         if key not in _RENDERS:
-            _RENDERS[key] = real(answers)
+            _RENDERS[key] = real(answers, templates)
         return dict(_RENDERS[key])
 
     monkeypatch.setattr(render_mod, "render", render)

@@ -55,10 +55,10 @@ def memo_render(monkeypatch):
 def write_project(dest: Path, task="image-classification", features=(), templates=None,
                   in_git=True) -> Path:
     from scaffold.answers import Answers
-    from scaffold.render import render
+    from scaffold import render as render_mod
     from scaffold.write import write_new_project
 
-    write_new_project(dest, render(Answers(NAME, task, list(features)), templates))
+    write_new_project(dest, render_mod.project_files(Answers(NAME, task, list(features)), templates))
     if in_git:
         git(dest, "-c", "init.defaultBranch=main", "init", "-q")
         commit_all(dest, "generated")
