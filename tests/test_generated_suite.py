@@ -270,6 +270,11 @@ MUTATIONS = {
         "all", "train.py", drop_statement("add_scalar("),
         "test_tensorboard.py::test_event_files_hold_the_metrics_csv_numbers",
     ),
+    # profiler: the profiler steps once per optimizer update
+    "profiler-no-step": Mutation(
+        "all", "train.py", drop_statement("profiler.step()"),
+        "test_profiler.py::test_the_trace_holds_the_updates_of_the_window",
+    ),
     # export: the ONNX file accepts any batch size
     "export-onnx-fixed-batch": Mutation(
         "all", "export.py", edit_statement("onnx_axes = {0:", '{0: "batch"}', "{}"),

@@ -10,6 +10,7 @@ Features (one line each; scaffold adds and removes these lines):
     [callbacks] hook objects from callbacks.py, called at fixed points of the loop
     [early-stopping] stop after --patience epochs without improvement
     [tensorboard] TensorBoard event files under <out-dir>/tb
+    [profiler] --profile-steps A:B: a torch.profiler trace of updates A+1 to B
     [compile] torch.compile (--compile/--no-compile)
     [ddp] DistributedDataParallel under torchrun, one node or many
 
@@ -48,6 +49,7 @@ import torch
 import torch.distributed as dist  # [ddp]
 from torch.nn.parallel import DistributedDataParallel as DDP  # [ddp]
 from torch.nn.utils import clip_grad_norm_
+from torch.profiler import ProfilerActivity, profile, schedule  # [profiler]
 from torch.utils.data import DataLoader, DistributedSampler, Subset  # [ddp]
 from torch.utils.tensorboard import SummaryWriter  # [tensorboard]
 from tqdm import tqdm
@@ -128,6 +130,9 @@ class Config:
     mode: str = "min"  # [early-stopping] min: lower is better; max: higher
     patience: int = 3  # [early-stopping] epochs without improvement, then stop
     min_delta: float = 0.0  # [early-stopping] smallest change that counts
+    # [profiler] A:B: trace updates A+1 to B (update A warms the profiler up) into
+    # <out-dir>/profile/; "": off
+    profile_steps: str = ""
 
     compile: bool = True  # [compile] torch.compile the model (--no-compile: eager)
 
@@ -217,6 +222,13 @@ class Config:
             )
         if self.mode not in ("min", "max"):
             raise ValueError(f"--mode must be min or max, got {self.mode!r}")
+        # [profiler] A:B, two whole numbers, 1 <= A < B
+        first, _, last = self.profile_steps.partition(":")
+        window = first.isdigit() and last.isdigit() and 1 <= int(first) < int(last)
+        if self.profile_steps and not window:
+            raise ValueError(
+                f"--profile-steps must be A:B, 1 <= A < B, got {self.profile_steps!r}"
+            )
 
 
 def flag(name: str) -> str:
@@ -688,6 +700,72 @@ def open_tensorboard(out_dir: Path, cfg: Config, step: int):
     return tb_writer
 
 
+class NoProfiler:
+    """[profiler] Without --profile-steps: the loop's profiler calls do nothing."""
+
+    def step(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def open_profiler(cfg: Config, out_dir: Path, step: int):
+    """[profiler] --profile-steps A:B: torch.profiler records updates A+1 to B (CPU and
+    CUDA activities, tensor shapes, memory), update A being its warm-up; after update B
+    it writes the trace and prints a summary (report_profile). Off: a NoProfiler."""
+    if not cfg.profile_steps:
+        return NoProfiler()
+    first, last = (int(n) for n in cfg.profile_steps.split(":"))
+    # profiler.step() after each update: step k of the profiler is update step + 1 + k
+    wait = max(first - 1 - step, 0)
+    active = last - max(first, step + 1)
+    # [profiler] [resume] a run resumed inside the window traces the rest of it after
+    # one warm-up update; one resumed after it traces nothing
+    if active < 1:
+        print(
+            f"[profiler] resumed at update {step}: updates {first + 1}-{last} are past"
+        )
+        return NoProfiler()
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    profiler = profile(
+        activities=activities,
+        schedule=schedule(wait=wait, warmup=1, active=active, repeat=1),
+        on_trace_ready=lambda done: report_profile(done, out_dir / "profile"),
+        record_shapes=True,
+        profile_memory=True,
+    )
+    profiler.start()
+    return profiler
+
+
+def report_profile(profiler, folder: Path) -> None:
+    """[profiler] The trace to `folder` (Perfetto: open the .json at ui.perfetto.dev;
+    TensorBoard: `tensorboard --logdir <out-dir>/profile` with torch-tb-profiler), then
+    the ten operators that took the most time and the share of the traced updates'
+    time the loop spent waiting for a batch."""
+    rank = global_rank()  # [ddp] a trace per rank, the summary from rank 0
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"rank{rank}.pt.trace.json"
+    profiler.export_chrome_trace(str(path))
+    # [ddp] rank 0 prints the summary
+    if rank != 0:
+        return
+    events = profiler.key_averages()
+    clock = "device" if torch.cuda.is_available() else "cpu"
+    print(events.table(sort_by=f"self_{clock}_time_total", row_limit=10))
+    # each update is a "ProfilerStep#N" span; a DataLoader wraps each next() in a span
+    updates = sum(e.cpu_time_total for e in events if e.key == "ProfilerStep*")
+    waits = [e for e in events if e.key.startswith("enumerate(DataLoader)")]
+    waited = sum(e.cpu_time_total for e in waits)
+    share = 100 * waited / max(updates, 1)
+    print(
+        f"[profiler] waiting for data: {share:.1f}% of the traced time; trace: {path}"
+    )
+
+
 def save_weights(path: Path, model, meta: dict, **extra) -> None:
     """best.pt, final.pt: the weights, `meta` (config, data) and `extra` (torch.load
     them with weights_only=True)."""
@@ -1004,6 +1082,7 @@ def main(argv: list[str] | None = None) -> dict:
     losses_since_log = torch.zeros((), device=device)
     stop = step >= total_steps  # [resume] resumed after the last update: teardown only
     stop_asked = False  # [callbacks] [ddp] a hook asked; all ranks agree at log steps
+    profiler = open_profiler(cfg, out_dir, step)  # [profiler] --profile-steps A:B
     metrics = {}
     try:
         for epoch in range(start_epoch, cfg.epochs):  # [resume]
@@ -1069,6 +1148,7 @@ def main(argv: list[str] | None = None) -> dict:
                     row["samples_per_s"] = samples / (time.perf_counter() - log_time)
                     log_metrics(row, metrics_path, tb_writer)  # [tensorboard]
                     samples, log_time = 0, time.perf_counter()
+                profiler.step()  # [profiler] one profiler step per optimizer update
 
                 # [callbacks] a hook may ask to stop after this update
                 if cb.run_hooks(callbacks, "on_step_end", step=step, metrics=row):
@@ -1134,6 +1214,7 @@ def main(argv: list[str] | None = None) -> dict:
         cb.run_hooks(callbacks, "on_train_end", step=step)  # [callbacks] always, last
         if tb_writer:  # [tensorboard] [ddp] rank 0 has one
             tb_writer.close()  # [tensorboard] [ddp]
+        profiler.stop()  # [profiler] a run that ends inside the window writes its trace
         if distributed:  # [ddp] on every exit path
             dist.destroy_process_group()  # [ddp]
 
