@@ -813,6 +813,7 @@ SCRIPT_PROBE = textwrap.dedent(r'''
         "arch": [],  # checked when the model is built: see RUNTIME
         "augment": ["flip", "", "CROP"],
         "encoder": ["lstm", "", "Bag"],
+        "profile_steps": ["5", "3:3", "0:2", "a:b", "2:1", "1:2:3"],
     }
     EXTRA = {"dropout": ["1"], "seed": [str(2**64)]}
     # --num-workers -1 means "auto" (0 on CPU): below that is refused
