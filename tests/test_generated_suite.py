@@ -270,6 +270,13 @@ MUTATIONS = {
         "all", "train.py", drop_statement("add_scalar("),
         "test_tensorboard.py::test_event_files_hold_the_metrics_csv_numbers",
     ),
+    # core: the forward run again in backward by --activation-checkpointing leaves
+    # BatchNorm's running statistics alone
+    "core-recompute-updates-buffers": Mutation(
+        "minimal", "train.py",
+        edit_statement("second = BuffersKept", "BuffersKept(buffer_ids) if buffer_ids else ", ""),
+        "test_core.py::test_activation_checkpointing_changes_no_weight_and_no_buffer",
+    ),
     # profiler: the profiler steps once per optimizer update
     "profiler-no-step": Mutation(
         "all", "train.py", drop_statement("profiler.step()"),

@@ -19,8 +19,10 @@ Run:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import dataclasses
+import functools
 import inspect
 import json
 import math
@@ -35,6 +37,8 @@ from pathlib import Path
 
 import torch
 from torch.nn.utils import clip_grad_norm_
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.checkpoint import checkpoint as recompute
 from torch.utils.data import DataLoader
 from torch.utils.tensorboard import SummaryWriter  # [tensorboard]
 from tqdm import tqdm
@@ -83,6 +87,9 @@ class Config:
     seed: int = 0  # seeds python and torch: same seed, same weights on CPU
     device: str = "auto"  # auto (CUDA if available, else CPU), cpu, cuda, cuda:1
     tf32: bool = True  # TF32 matmuls on Ampere or newer GPUs (--no-tf32: full float32)
+    # recompute each block's activations during backward instead of keeping them: less
+    # memory for about a third more compute (see checkpoint_activations)
+    activation_checkpointing: bool = False
     out_dir: str = "runs/latest"  # metrics.csv, config.json, checkpoints
     log_every: int = 10  # log training metrics every N optimizer updates
 
@@ -406,6 +413,61 @@ def decay_groups(parameters, weight_decay: float, **options) -> list[dict]:
     ]
 
 
+def blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's blocks: the layers of its outermost nn.Sequential and nn.ModuleList
+    containers that have layers of their own (ResNet blocks), else its direct
+    children (the small CNN: its conv stack and its head)."""
+    found, inside = [], set()
+    for module in model.modules():  # outer modules before the ones inside them
+        containers = (torch.nn.Sequential, torch.nn.ModuleList)
+        if id(module) in inside or not isinstance(module, containers):
+            continue
+        for layer in module:
+            if list(layer.children()):
+                found.append(layer)
+                inside.update(id(m) for m in layer.modules())
+    return found or [child for child in model.children() if list(child.parameters())]
+
+
+def checkpoint_activations(model: torch.nn.Module) -> None:
+    """--activation-checkpointing, in place: each block keeps only its input in the
+    forward pass and runs its forward again during backward, so one block's
+    activations are held at a time instead of all. The RNG state is kept (dropout
+    draws the same numbers twice): the gradients are the same. One mechanism for
+    every model, pretrained ones too: transformers' gradient_checkpointing_enable and
+    timm's set_grad_checkpointing would update BatchNorm's running statistics twice."""
+    for block in blocks(model):
+        buffers = {id(buffer) for buffer in block.buffers()}
+        contexts = functools.partial(recompute_contexts, buffers)
+        block.forward = functools.partial(
+            recompute, block.forward, use_reentrant=False, context_fn=contexts
+        )
+
+
+def recompute_contexts(buffer_ids: set):
+    """The contexts of a block's forward and of its second run in backward, which
+    must leave the block's buffers alone: BatchNorm's running statistics see each
+    batch once. torch.compile keeps the buffer updates in the forward graph (they are
+    not run again) and takes dispatch modes only."""
+    if torch.compiler.is_compiling():
+        return BuffersKept(), BuffersKept()
+    second = BuffersKept(buffer_ids) if buffer_ids else contextlib.nullcontext()
+    return contextlib.nullcontext(), second
+
+
+class BuffersKept(TorchDispatchMode):
+    """Each operation gets copies of these buffers: what it writes to them (BatchNorm's
+    statistics and batch counter) is dropped, its outputs are the same."""
+
+    def __init__(self, buffer_ids: set = frozenset()):
+        super().__init__()
+        self.buffer_ids = buffer_ids
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        args = [arg.clone() if id(arg) in self.buffer_ids else arg for arg in args]
+        return func(*args, **(kwargs or {}))
+
+
 def read_loss(update_loss, losses_since_log, step: int) -> float:
     """The loss of this update, read on the host at log steps only: in between the GPU
     never waits for the host. The losses summed since the last log step must be finite.
@@ -507,6 +569,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     # --- model and optimizer ---
     model = build_model(cfg, data_info).to(device)
+    if cfg.activation_checkpointing:
+        checkpoint_activations(model)
     optimizer, scheduler = build_optimizer(model, cfg, total_steps)
     parameters = sum(p.numel() for p in model.parameters())
     print(f"{parameters:,} parameters; {total_steps} optimizer updates")

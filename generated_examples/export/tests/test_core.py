@@ -31,6 +31,30 @@ def test_same_seed_gives_bitwise_identical_weights(tmp_path):
     assert any(not torch.equal(first[name], other[name]) for name in first)
 
 
+def test_activation_checkpointing_changes_no_weight_and_no_buffer(
+    tmp_path, monkeypatch
+):
+    """--activation-checkpointing sends each block through torch.utils.checkpoint (the
+    calls are counted) and ends with the weights and buffers (BatchNorm's statistics)
+    of a run without it: the recompute draws the same dropout, updates no buffer."""
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[0])
+        return recompute(*args, **kwargs)
+
+    recompute = train.recompute
+    monkeypatch.setattr(train, "recompute", counted)
+    run_main(tmp_path / "kept", "--max-steps", 3)
+    assert calls == []
+    run_main(tmp_path / "recomputed", "--max-steps", 3, "--activation-checkpointing")
+    assert calls, "no block went through torch.utils.checkpoint"
+    kept, recomputed = (
+        load(tmp_path / name)["model"] for name in ("kept", "recomputed")
+    )
+    assert_bitwise_equal(kept, recomputed)
+
+
 def test_config_json_of_a_run_replays_it_bitwise(tmp_path):
     run_main(tmp_path / "a", "--max-steps", 3, "--seed", 3, "--lr", "1e-3")
     # only --config and --out-dir: every other value comes from the file
