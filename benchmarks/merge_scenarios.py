@@ -80,16 +80,17 @@ def scripted(files, project):
 
 
 def label_smoothing(files, project):
-    """The user's own loss, in model.py's summed_loss (the task's loss, which the loop calls)."""
-    return _sub(files, "model.py", 'F.cross_entropy(logits.float(), targets, reduction="sum")',
-                'F.cross_entropy(logits.float(), targets, reduction="sum", label_smoothing=0.1)', 1)
+    """The user's own loss, in model.py's summed_loss (the task's loss, which the loop calls):
+    label smoothing always on, whatever --label-smoothing says."""
+    return _sub(files, "model.py", "        label_smoothing=label_smoothing,\n",
+                "        label_smoothing=0.1,\n", 1)
 
 
 def own_metric(files, project):
     """The user's own validation metric, in model.py's validation_metrics (the task's metrics,
     which train.py's evaluate() returns), and its column in train.py's METRIC_COLUMNS."""
-    files = _sub(files, "model.py", 'return {"val_loss": loss / count, "val_acc": correct / count}',
-                 'return {"val_loss": loss / count, "val_acc": correct / count, '
+    files = _sub(files, "model.py", 'return {"val_loss": loss / weights, "val_acc": correct / count}',
+                 'return {"val_loss": loss / weights, "val_acc": correct / count, '
                  '"val_error": 1 - correct / count}', 1)
     return _sub(files, "train.py", '    "val_acc",\n]', '    "val_acc",\n    "val_error",\n]', 1)
 
@@ -104,13 +105,15 @@ def readme_block(first_line: str) -> str:
 
 def multi_label(files, project):
     """The README's worked example: a multi-label head (one logit per tag, BCEWithLogitsLoss),
-    dict batches from a Tagged dataset in data.py, and a val_f1 column."""
+    dict batches from a Tagged dataset in data.py, and a val_f1 column. tests/test_loss.py,
+    which tests the single-label cross-entropy (its class weights and smoothing), is deleted."""
+    files = {rel: data for rel, data in files.items() if rel != "tests/test_loss.py"}
     files = _sub(files, "data.py", "def build_datasets(cfg):", "def build_class_datasets(cfg):", 1)
     files = {**files, "data.py": files["data.py"] + b"\n\n" + readme_block("# data.py: at the end").encode()}
     files = _sub(files, "model.py", 'num_classes = len(data_info["classes"])',
                  'num_classes = len(data_info["tags"])', 1)
     model = files["model.py"].decode()
-    start, end = model.index("def compute_loss(model, batch):"), model.index("def load_trained(")
+    start, end = model.index("def compute_loss(model, batch, loss_args: dict):"), model.index("def load_trained(")
     section = readme_block("# model.py: in place of compute_loss, summed_loss, loss_count, "
                            "validation_sums, validation_metrics")
     files = {**files, "model.py": (model[:start] + section + "\n\n" + model[end:]).encode()}
@@ -128,10 +131,12 @@ def multi_label_evaluation(files):
     text = files["evaluate.py"].decode()
     start, end = text.index("@torch.no_grad()\ndef predict_split("), text.index("def main(")
     text = text[:start] + readme_block("# evaluate.py: in place of predict_split and main's scoring") + "\n\n" + text[end:]
-    start = text.index('    classes = data_info["classes"]\n    loss_sum, probabilities, targets = predict_split(')
+    start = text.index('    classes = data_info["classes"]\n    loss_args = {"weight": class_weight(')
     end = text.index("    return results\n", start) + len("    return results\n")
     text = text[:start] + "    return score(args, data_info, names, *predict_split(model, loader, device))\n" + text[end:]
     files = {**files, "evaluate.py": text.encode()}
+    files = _sub(files, "evaluate.py", "import best_device, class_weight, load_trained,",
+                 "import best_device, load_trained,", 1)
     files = _sub(files, "predict.py", ".float().softmax(-1)", ".float().sigmoid()", 1)
     rel = "tests/test_after_training.py"
     files = _sub(files, rel, '    assert results["accuracy"] == logged["val_acc"]\n',

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from scaffold.errors import ScaffoldError
 
-TEMPLATE_VERSION = 36
+TEMPLATE_VERSION = 37
 HISTORY_FILE = Path(__file__).resolve().parent / "template_history.json"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FILE_NAME = re.compile(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*")

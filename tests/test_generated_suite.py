@@ -207,7 +207,7 @@ MUTATIONS = {
     "grad-accum-last-window-scaled-as-full": Mutation(
         "all", "train.py",
         edit_statement(
-            "for batch in window", "sum(loss_count(batch) for batch in window)",
+            "for batch in window", "sum(loss_count(batch, loss_args) for batch in window)",
             "cfg.batch_size * cfg.grad_accum_steps",
         ),
         "test_grad_accum.py::test_shorter_last_window_is_scaled_by_its_real_size",
@@ -216,7 +216,7 @@ MUTATIONS = {
     "tokens-loss-divided-per-micro-batch": Mutation(
         "token-classification-all", "train.py",
         edit_statement(
-            "/ denominator", "/ denominator", "/ loss_count(batch) / len(window)"
+            "/ denominator", "/ denominator", "/ loss_count(batch, loss_args) / len(window)"
         ),
         "test_grad_accum.py::test_k_micro_batches_give_the_gradient_of_one_batch_of_k_times_b",
     ),
@@ -276,6 +276,33 @@ MUTATIONS = {
         "minimal", "train.py",
         edit_statement("second = BuffersKept", "BuffersKept(buffer_ids) if buffer_ids else ", ""),
         "test_core.py::test_activation_checkpointing_changes_no_weight_and_no_buffer",
+    ),
+    # the loss: with class weights a batch is divided by its weights' sum, not its samples
+    "core-loss-divided-by-samples-not-weights": Mutation(
+        "text-classification-minimal", "train.py",
+        edit_statement("loss = loss_sum / count", "loss_sum / count", "loss_sum / len(batch[1])"),
+        "test_loss.py::test_an_update_follows_the_weighted_mean_over_its_samples",
+    ),
+    "loss-count-ignores-class-weights": Mutation(
+        "minimal", "model.py",
+        edit_statement("return len(targets) if weight is None", "weight[targets].sum()", "len(targets)"),
+        "test_loss.py::test_the_loss_is_the_weighted_mean_however_the_batch_is_split",
+    ),
+    "tokens-loss-count-ignores-tag-weights": Mutation(
+        "token-classification-minimal", "model.py",
+        edit_statement("return weight[targets[real]].sum()", "weight[targets[real]].sum()", "real.sum()"),
+        "test_loss.py::test_the_loss_is_the_weighted_mean_however_the_batch_is_split",
+    ),
+    "grad-accum-window-count-ignores-class-weights": Mutation(
+        "all", "train.py",
+        edit_statement("for batch in window", "loss_count(batch, loss_args)", "loss_count(batch, {})"),
+        "test_loss.py::test_an_update_follows_the_weighted_mean_over_its_samples",
+    ),
+    # evaluate.py weights the loss with the checkpoint's class weights, as validation does
+    "evaluate-ignores-class-weights": Mutation(
+        "text-classification-minimal", "evaluate.py",
+        edit_statement("loss_args = {\"weight\": class_weight(", "class_weight(data_info, device)", "None"),
+        "test_loss.py::test_evaluate_reports_the_weighted_loss_training_logged",
     ),
     # profiler: the profiler steps once per optimizer update
     "profiler-no-step": Mutation(

@@ -814,8 +814,9 @@ SCRIPT_PROBE = textwrap.dedent(r'''
         "augment": ["flip", "", "CROP"],
         "encoder": ["lstm", "", "Bag"],
         "profile_steps": ["5", "3:3", "0:2", "a:b", "2:1", "1:2:3"],
+        "class_weights": ["Balanced", "inverse", "", "balanced "],
     }
-    EXTRA = {"dropout": ["1"], "seed": [str(2**64)]}
+    EXTRA = {"dropout": ["1"], "seed": [str(2**64)], "label_smoothing": ["1", "1.5"]}
     # --num-workers -1 means "auto" (0 on CPU): below that is refused
     OWN_BAD = {"num_workers": ["abc", "1.5", "", "-2"]}
     RUNTIME = {"arch": ["no-such-net"], "device": ["cuda:7", "mps"], "resume": ["/nonexistent/x.pt"]}

@@ -241,8 +241,8 @@ def test_cli_edit_on_the_feature_lines_is_a_conflict(tmp_path):
     project = make_project(tmp_path / "p")
     train = project / "train.py"
     plain = train.read_text()
-    old = "                loss_sum, count = compute_loss(model, batch)\n"
-    mine = "                loss_sum, count = compute_loss(model, batch)  # my forward\n"
+    old = "                loss_sum, count = compute_loss(model, batch, loss_args)\n"
+    mine = "                loss_sum, count = compute_loss(model, batch, loss_args)  # my forward\n"
     assert plain.count(old) == 1  # amp moves exactly this line under `with autocast:`
     train.write_text(plain.replace(old, mine))
     commit_all(project)

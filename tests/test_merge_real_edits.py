@@ -226,7 +226,7 @@ def test_exit_codes_mean_one_thing(tmp_path):
     assert out.exit_code == 2 and "nothing to do" in out.stderr
     project = make_project(tmp_path / "p", in_git=False)
     train = project / "train.py"
-    forward = "                loss_sum, count = compute_loss(model, batch)\n"
+    forward = "                loss_sum, count = compute_loss(model, batch, loss_args)\n"
     train.write_text(train.read_text().replace(forward, forward[:-1] + "  # mine\n"))  # amp moves it
     out = CliRunner().invoke(app, ["add", "feature", "amp", "--project", str(project)])
     assert out.exit_code == 1 and "conflicts (1):" in out.stdout

@@ -349,7 +349,7 @@ def mean_of_means_copy(project: Path, dest: Path) -> Path:
     for name in ("train.py", "data.py", "model.py"):
         (dest / name).write_text((project / name).read_text())
     code = (dest / "train.py").read_text()
-    code, n = re.subn(r"/ denominator\b", "/ (loss_count(batch) * len(window))", code)
+    code, n = re.subn(r"/ denominator\b", "/ (loss_count(batch, loss_args) * len(window))", code)
     assert n == 1, "the token loss division changed shape; update this test"
     (dest / "train.py").write_text(code)
     return dest
@@ -476,7 +476,7 @@ def test_image_folder_of_png_and_jpeg_files_trains(runs):
     metrics = ok(runs, "disk-image")
     assert math.isfinite(metrics["val_loss"])
     checkpoint = final_checkpoint(runs["out"]["disk-image"])
-    assert checkpoint["data"] == {"classes": ["blue", "green", "red"]}  # the folder names, sorted
+    assert checkpoint["data"] == {"classes": ["blue", "green", "red"], "class_weights": None}
     assert checkpoint["model"]["head.weight"].shape[0] == 3
     # 3 classes x 8 training images (notes.txt skipped), batches of 8: 3 updates per epoch
     rows = metric_rows(runs["out"]["disk-image"])

@@ -431,8 +431,8 @@ def test_an_edited_loss_line_that_moved_to_model_py_is_a_conflict_not_a_loss(tmp
     merged = train.read_text()
     yours = merged.split("<<<<<<< yours\n")[1].split("||||||| base\n")[0]
     theirs = merged.split("=======\n")[1].split(">>>>>>> theirs\n")[0]
-    assert "label_smoothing=0.1" in yours and "compute_loss(model, batch)" in theirs
-    assert "def compute_loss(model, batch):" in (project / "model.py").read_text()
+    assert "label_smoothing=0.1" in yours and "compute_loss(model, batch, loss_args)" in theirs
+    assert "def compute_loss(model, batch, loss_args: dict):" in (project / "model.py").read_text()
 
 
 @pytest.mark.slow

@@ -29,7 +29,7 @@ from sklearn.metrics import classification_report, confusion_matrix
 from torch.utils.data import DataLoader
 
 from data import build_eval_set
-from model import best_device, load_trained, summed_loss
+from model import best_device, class_weight, load_trained, loss_count, summed_loss
 from plot import plot_confusion
 
 
@@ -49,17 +49,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 @torch.no_grad()
-def predict_split(model, loader, device):
-    """Summed loss (model.py's summed_loss, as train.py validates), class probabilities
+def predict_split(model, loader, device, loss_args):
+    """The loss, a weighted mean (model.py's summed_loss and loss_count with the
+    checkpoint's class weights, as train.py validates), and the class probabilities
     and targets of every sample."""
-    loss_sum, probabilities, targets = 0.0, [], []
+    loss_sum, weights, probabilities, targets = 0.0, 0.0, [], []
     for inputs, batch_targets in loader:
         inputs, batch_targets = inputs.to(device), batch_targets.to(device)
         logits = model(inputs).float()
-        loss_sum += summed_loss(logits, batch_targets).item()
+        loss_sum += summed_loss(logits, batch_targets, **loss_args).item()
+        weights += float(loss_count((inputs, batch_targets), loss_args))
         probabilities.append(logits.softmax(-1).cpu())
         targets.append(batch_targets.cpu())
-    return loss_sum, torch.cat(probabilities), torch.cat(targets)
+    return loss_sum / weights, torch.cat(probabilities), torch.cat(targets)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -78,7 +80,8 @@ def main(argv: list[str] | None = None) -> dict:
         num_workers=max(cfg.num_workers, 0),  # -1 (auto): load in this process
     )
     classes = data_info["classes"]
-    loss_sum, probabilities, targets = predict_split(model, loader, device)
+    loss_args = {"weight": class_weight(data_info, device)}  # the training's weights
+    loss, probabilities, targets = predict_split(model, loader, device, loss_args)
     predictions = probabilities.argmax(-1)
     # scikit-learn's per-class precision, recall, F1 and support
     report = classification_report(
@@ -93,7 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
         "checkpoint": str(args.checkpoint),
         "split": args.split,
         "samples": len(targets),
-        "loss": loss_sum / len(targets),
+        "loss": loss,
         "accuracy": (predictions == targets).sum().item() / len(targets),
         "macro_f1": report["macro avg"]["f1-score"],
         "weighted_f1": report["weighted avg"]["f1-score"],

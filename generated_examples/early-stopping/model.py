@@ -52,42 +52,72 @@ def build_model(cfg, data_info: dict) -> nn.Module:
 # --- the loss and the metrics: what train.py's loop calls ----------------------------
 
 
-def compute_loss(model, batch):
+def build_loss_args(cfg, data_info: dict, device) -> dict:
+    """summed_loss's keyword arguments in training: the class weights and the label
+    smoothing of --class-weights and --label-smoothing."""
+    weight = class_weight(data_info, device)
+    return {"weight": weight, "label_smoothing": cfg.label_smoothing}
+
+
+def class_weight(data_info: dict, device) -> torch.Tensor | None:
+    """--class-weights balanced: a weight per class, counted by data.py on the training
+    labels and kept in data_info (in every checkpoint); None: every class weighs 1."""
+    weights = data_info.get("class_weights")
+    return None if weights is None else torch.tensor(weights, device=device)
+
+
+def compute_loss(model, batch, loss_args: dict):
     """The loss summed over a batch, and what it is normalised by (loss_count). The loop
     divides, by this count or by a whole accumulation window's; amp, grad-accum, ddp and
-    fsdp wrap this call and never change it: your own loss (label smoothing, class
-    weights, another head) goes here, or in summed_loss."""
+    fsdp wrap this call and never change it: your own loss (another head, focal loss)
+    goes here, or in summed_loss. loss_args: what build_loss_args returned."""
     inputs, targets = batch
-    return summed_loss(model(inputs), targets), loss_count(batch)
+    loss = summed_loss(model(inputs), targets, **loss_args)
+    return loss, loss_count(batch, loss_args)
 
 
-def summed_loss(logits, targets) -> torch.Tensor:
-    """Cross-entropy summed over the batch: training and validation alike."""
-    return F.cross_entropy(logits.float(), targets, reduction="sum")
+def summed_loss(logits, targets, weight=None, label_smoothing=0.0) -> torch.Tensor:
+    """Cross-entropy summed over the batch, each sample's term times its class's weight
+    (weight: one per class, or None); label smoothing in training only, so validation
+    losses compare across settings (as timm validates)."""
+    return F.cross_entropy(
+        logits.float(),
+        targets,
+        weight=weight,
+        label_smoothing=label_smoothing,
+        reduction="sum",
+    )
 
 
-def loss_count(batch) -> int:
-    """What a batch's loss is divided by: its samples. Read from the batch alone, with
-    no forward pass, so an accumulation window knows its size before any backward."""
+def loss_count(batch, loss_args: dict):
+    """What a batch's loss is divided by: its samples, or with class weights the sum of
+    their classes' weights (cross_entropy's own weighted mean), so an accumulation
+    window or all ranks give the weighted mean over all their samples. Read from the
+    batch alone, with no forward pass: a window knows its size before any backward."""
     _, targets = batch
-    return len(targets)
+    weight = loss_args.get("weight")
+    return len(targets) if weight is None else weight[targets].sum()
 
 
 def validation_sums(model, batch, data_info: dict) -> torch.Tensor:
-    """A validation batch's loss, correct predictions and samples. train.py's evaluate()
-    adds them up over the whole set (and every rank) and hands them to
-    validation_metrics; data_info is what data.py's build_datasets returned."""
+    """A validation batch's loss (weighted as in training, no label smoothing), the sum
+    of its weights, correct predictions and samples. train.py's evaluate() adds them up
+    over the whole set (and every rank) and hands them to validation_metrics; data_info
+    is what data.py's build_datasets returned."""
     inputs, targets = batch
     logits = model(inputs)
+    loss_args = {"weight": class_weight(data_info, targets.device)}
+    loss = summed_loss(logits, targets, **loss_args)
+    weights = torch.as_tensor(loss_count(batch, loss_args), device=targets.device)
     correct = (logits.argmax(-1) == targets).sum()
     count = torch.tensor(len(targets), device=targets.device)
-    return torch.stack([summed_loss(logits, targets), correct, count]).double()
+    return torch.stack([loss, weights, correct, count]).double()
 
 
 def validation_metrics(sums: torch.Tensor) -> dict:
     """What train.py logs (and selects best.pt by), from validation_sums' totals."""
-    loss, correct, count = sums.tolist()
-    return {"val_loss": loss / count, "val_acc": correct / count}
+    loss, weights, correct, count = sums.tolist()
+    return {"val_loss": loss / weights, "val_acc": correct / count}
 
 
 def load_trained(path, device: torch.device):

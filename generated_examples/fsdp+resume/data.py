@@ -8,6 +8,7 @@ The class names (folder names) come from DATA/train; DATA/val must have the same
 folders.
 """
 
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -72,8 +73,8 @@ class SyntheticImages(Dataset):
 
 
 def build_datasets(cfg):
-    """Return (train_set, val_set, data_info); data_info is stored in every
-    checkpoint."""
+    """Return (train_set, val_set, data_info); data_info (the classes, the class
+    weights) is stored in every checkpoint."""
     if not cfg.data_dir:
         train_set = SyntheticImages(
             cfg.synthetic_train_size,
@@ -84,7 +85,9 @@ def build_datasets(cfg):
         val_set = SyntheticImages(
             cfg.synthetic_val_size, cfg.image_size, 2, transforms(cfg.image_size)
         )
-        return train_set, val_set, {"classes": SYNTHETIC_CLASSES}
+        weights = class_weights(cfg, train_set.labels.tolist(), SYNTHETIC_CLASSES)
+        data_info = {"classes": SYNTHETIC_CLASSES, "class_weights": weights}
+        return train_set, val_set, data_info
     root = Path(cfg.data_dir)
     splits = {}
     for split in ("train", "val"):
@@ -120,7 +123,25 @@ def build_datasets(cfg):
             f"{root / 'val'}: no folder for class {missing[0]!r};"
             " val needs the class folders of train"
         )
-    return splits["train"], splits["val"], {"classes": classes}
+    data_info = {"classes": classes}
+    data_info["class_weights"] = class_weights(cfg, splits["train"].targets, classes)
+    return splits["train"], splits["val"], data_info
+
+
+def class_weights(cfg, labels: list[int], names: list[str]) -> list[float] | None:
+    """--class-weights balanced: a class of n training samples weighs N / (classes x n),
+    as scikit-learn's "balanced" does (rare classes weigh more, the mean weight of a
+    sample is 1); none: None, every class weighs 1. Kept in every checkpoint."""
+    if cfg.class_weights == "none":
+        return None
+    counts = Counter(labels)
+    for i, name in enumerate(names):
+        if not counts[i]:
+            raise ValueError(
+                f"--class-weights balanced: no training sample is class {name!r};"
+                " use --class-weights none"
+            )
+    return [len(labels) / (len(names) * counts[i]) for i in range(len(names))]
 
 
 class TrainedClassFolder(datasets.ImageFolder):

@@ -44,6 +44,7 @@ from tqdm import tqdm
 
 from data import build_datasets
 from model import (
+    build_loss_args,
     build_model,
     compute_loss,
     export,
@@ -83,6 +84,11 @@ class Config:
     batch_size: int = 64  # samples per forward pass
     lr: float = 1e-3  # [pretrained] peak learning rate (AdamW) of the new head
     weight_decay: float = 0.01  # AdamW decoupled weight decay
+    # the share of each target spread evenly over all classes (0: none; 0.1 is usual)
+    label_smoothing: float = 0.0
+    # none (every class weighs 1) or balanced: classes weighted by the inverse of
+    # their training samples (see class_weights in data.py)
+    class_weights: str = "none"
     warmup_steps: int = 10  # linear warmup (updates), then cosine decay to zero
     max_grad_norm: float = 1.0  # clip the gradient norm (0: no clipping)
     max_steps: int = 0  # stop after this many optimizer updates (0: all epochs)
@@ -113,6 +119,14 @@ class Config:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{flag(name)} must be > 0, got {getattr(self, name)}")
         non_negative = ["weight_decay", "warmup_steps", "max_grad_norm", "max_steps"]
+        if not 0 <= self.label_smoothing < 1:
+            raise ValueError(
+                f"--label-smoothing must be in [0, 1), got {self.label_smoothing}"
+            )
+        if self.class_weights not in ("none", "balanced"):
+            raise ValueError(
+                f"--class-weights must be none or balanced, got {self.class_weights!r}"
+            )
         if self.num_workers < -1:
             raise ValueError(
                 f"--num-workers must be >= 0 or -1 (auto), got {self.num_workers}"
@@ -585,6 +599,7 @@ def main(argv: list[str] | None = None) -> dict:
     model = build_model(cfg, data_info).to(device)
     if cfg.activation_checkpointing:
         checkpoint_activations(model)
+    loss_args = build_loss_args(cfg, data_info, device)  # the loss's flags: model.py
     optimizer, scheduler = build_optimizer(
         model, cfg, total_steps, frozen_steps
     )  # [pretrained]
@@ -615,8 +630,8 @@ def main(argv: list[str] | None = None) -> dict:
             loader = make_loader(train_set, cfg, device, order, loader_generator)
             for batch in loader:
                 batch = to_device(batch, device)
-                loss_sum, count = compute_loss(model, batch)
-                loss = loss_sum / count  # the mean over the batch
+                loss_sum, count = compute_loss(model, batch, loss_args)
+                loss = loss_sum / count  # the (weighted) mean over the batch
                 loss.backward()
                 samples += batch_size(batch)
                 update_loss = loss.detach()

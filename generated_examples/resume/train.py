@@ -44,7 +44,13 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from data import build_datasets
-from model import build_model, compute_loss, validation_metrics, validation_sums
+from model import (
+    build_loss_args,
+    build_model,
+    compute_loss,
+    validation_metrics,
+    validation_sums,
+)
 from plot import plot_curves
 
 METRIC_COLUMNS = [
@@ -82,6 +88,11 @@ class Config:
     batch_size: int = 64  # samples per forward pass
     lr: float = 3e-3  # peak learning rate (AdamW)
     weight_decay: float = 0.01  # AdamW decoupled weight decay
+    # the share of each target spread evenly over all classes (0: none; 0.1 is usual)
+    label_smoothing: float = 0.0
+    # none (every class weighs 1) or balanced: classes weighted by the inverse of
+    # their training samples (see class_weights in data.py)
+    class_weights: str = "none"
     warmup_steps: int = 10  # linear warmup (updates), then cosine decay to zero
     max_grad_norm: float = 1.0  # clip the gradient norm (0: no clipping)
     max_steps: int = 0  # stop after this many optimizer updates (0: all epochs)
@@ -114,6 +125,14 @@ class Config:
         if self.augment not in ("none", "crop", "crop+flip"):
             raise ValueError(
                 f"--augment must be none, crop or crop+flip, got {self.augment!r}"
+            )
+        if not 0 <= self.label_smoothing < 1:
+            raise ValueError(
+                f"--label-smoothing must be in [0, 1), got {self.label_smoothing}"
+            )
+        if self.class_weights not in ("none", "balanced"):
+            raise ValueError(
+                f"--class-weights must be none or balanced, got {self.class_weights!r}"
             )
         if self.num_workers < -1:
             raise ValueError(
@@ -720,6 +739,7 @@ def main(argv: list[str] | None = None) -> dict:
     model = build_model(cfg, data_info).to(device)
     if cfg.activation_checkpointing:
         checkpoint_activations(model)
+    loss_args = build_loss_args(cfg, data_info, device)  # the loss's flags: model.py
     optimizer, scheduler = build_optimizer(model, cfg, total_steps)
     parameters = sum(p.numel() for p in model.parameters())
     print(f"{parameters:,} parameters; {total_steps} optimizer updates")
@@ -762,8 +782,8 @@ def main(argv: list[str] | None = None) -> dict:
             loader = make_loader(train_set, cfg, device, order, loader_generator)
             for batch in loader:
                 batch = to_device(batch, device)
-                loss_sum, count = compute_loss(model, batch)
-                loss = loss_sum / count  # the mean over the batch
+                loss_sum, count = compute_loss(model, batch, loss_args)
+                loss = loss_sum / count  # the (weighted) mean over the batch
                 loss.backward()
                 samples += batch_size(batch)
                 update_loss = loss.detach()

@@ -110,6 +110,22 @@ def find_split(root: Path, split: str) -> Path:
     )
 
 
+def class_weights(cfg, labels: list[int], names: list[str]) -> list[float] | None:
+    """--class-weights balanced: a class of n training samples weighs N / (classes x n),
+    as scikit-learn's "balanced" does (rare classes weigh more, the mean weight of a
+    sample is 1); none: None, every class weighs 1. Kept in every checkpoint."""
+    if cfg.class_weights == "none":
+        return None
+    counts = Counter(labels)
+    for i, name in enumerate(names):
+        if not counts[i]:
+            raise ValueError(
+                f"--class-weights balanced: no training sample is class {name!r};"
+                " use --class-weights none"
+            )
+    return [len(labels) / (len(names) * counts[i]) for i in range(len(names))]
+
+
 def build_vocab(texts: list[list[str]], min_count: int) -> list[str]:
     counts = Counter(word for words in texts for word in words)
     words = sorted(
@@ -137,8 +153,8 @@ def text_to_ids(text: str, ids: dict[str, int], max_length: int) -> torch.Tensor
 
 
 def build_datasets(cfg):
-    """Return (train_set, val_set, data_info); data_info (vocabulary, classes) goes in
-    checkpoints."""
+    """Return (train_set, val_set, data_info); data_info (vocabulary, classes, class
+    weights) goes in checkpoints."""
     if cfg.data_dir:
         train = read_examples(find_split(Path(cfg.data_dir), "train"))
         val = read_examples(find_split(Path(cfg.data_dir), "val"))
@@ -151,7 +167,10 @@ def build_datasets(cfg):
     vocab = build_vocab([tokenize(text) for text, _, _ in train], cfg.min_word_count)
     train_set = encode(train, vocab, classes, cfg.max_length)
     val_set = encode(val, vocab, classes, cfg.max_length)
-    return train_set, val_set, {"classes": classes, "vocab": vocab}
+    data_info = {"classes": classes, "vocab": vocab}
+    labels = [label for _, label in train_set]
+    data_info["class_weights"] = class_weights(cfg, labels, classes)
+    return train_set, val_set, data_info
 
 
 def build_eval_set(cfg, data_info: dict, split: str):

@@ -12,6 +12,7 @@ checkpoint, so evaluating a checkpoint uses the same ids.
 import csv
 import json
 import random
+from collections import Counter
 from pathlib import Path
 
 from transformers import (
@@ -104,6 +105,22 @@ def find_split(root: Path, split: str) -> Path:
     raise ValueError(
         f"{root / split}.csv: missing (expected {split}.csv or {split}.jsonl in {root})"
     )
+
+
+def class_weights(cfg, labels: list[int], names: list[str]) -> list[float] | None:
+    """--class-weights balanced: a class of n training samples weighs N / (classes x n),
+    as scikit-learn's "balanced" does (rare classes weigh more, the mean weight of a
+    sample is 1); none: None, every class weighs 1. Kept in every checkpoint."""
+    if cfg.class_weights == "none":
+        return None
+    counts = Counter(labels)
+    for i, name in enumerate(names):
+        if not counts[i]:
+            raise ValueError(
+                f"--class-weights balanced: no training sample is class {name!r};"
+                " use --class-weights none"
+            )
+    return [len(labels) / (len(names) * counts[i]) for i in range(len(names))]
 
 
 def load_tokenizer(cfg):
@@ -200,7 +217,7 @@ def encode(examples, tokenizer, labels: list[str], max_length: int):
 
 def build_datasets(cfg, tokenizer):
     """[pretrained] Return (train_set, val_set, data_info); data_info (the classes,
-    the padding id) goes in checkpoints."""
+    the padding id, the class weights) goes in checkpoints."""
     if cfg.data_dir:
         train = read_examples(find_split(Path(cfg.data_dir), "train"))
         val = read_examples(find_split(Path(cfg.data_dir), "val"))
@@ -213,7 +230,10 @@ def build_datasets(cfg, tokenizer):
     classes = check_head(cfg.model, classes)  # [pretrained]
     train_set = encode(train, tokenizer, classes, cfg.max_length)
     val_set = encode(val, tokenizer, classes, cfg.max_length)
-    return train_set, val_set, {"classes": classes, "pad_id": tokenizer.pad_token_id}
+    data_info = {"classes": classes, "pad_id": tokenizer.pad_token_id}
+    labels = [example["labels"] for example in train_set]
+    data_info["class_weights"] = class_weights(cfg, labels, classes)
+    return train_set, val_set, data_info
 
 
 def build_eval_set(cfg, data_info: dict, split: str, tokenizer):

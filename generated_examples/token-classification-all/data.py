@@ -112,6 +112,22 @@ def read_conll(path: Path) -> list[tuple[list[str], list[str], int]]:
     return sentences
 
 
+def class_weights(cfg, labels: list[int], names: list[str]) -> list[float] | None:
+    """--class-weights balanced: a tag of n training tokens weighs N / (tags x n), as
+    scikit-learn's "balanced" does (rare tags weigh more, the mean weight of a token is
+    1); none: None, every tag weighs 1. In data_info, so in every checkpoint."""
+    if cfg.class_weights == "none":
+        return None
+    counts = Counter(labels)
+    for i, name in enumerate(names):
+        if not counts[i]:
+            raise ValueError(
+                f"--class-weights balanced: no training token is tag {name!r};"
+                " use --class-weights none"
+            )
+    return [len(labels) / (len(names) * counts[i]) for i in range(len(names))]
+
+
 def build_vocab(sentences, min_count: int) -> list[str]:
     counts = Counter(word.lower() for words, _, _ in sentences for word in words)
     words = sorted(
@@ -146,8 +162,8 @@ def words_to_ids(
 
 
 def build_datasets(cfg):
-    """Return (train_set, val_set, data_info); data_info (vocabulary, tags) goes in
-    checkpoints."""
+    """Return (train_set, val_set, data_info); data_info (vocabulary, tags, tag
+    weights) goes in checkpoints."""
     if cfg.data_dir:
         train_path = Path(cfg.data_dir, "train.txt")
         val_path = Path(cfg.data_dir, "val.txt")
@@ -163,7 +179,10 @@ def build_datasets(cfg):
     tag_names = ["O"] + sorted(tag_set - {"O"})
     train_set = encode(train, vocab, tag_names, cfg.max_length, str(train_path))
     val_set = encode(val, vocab, tag_names, cfg.max_length, str(val_path))
-    return train_set, val_set, {"tags": tag_names, "vocab": vocab}
+    data_info = {"tags": tag_names, "vocab": vocab}
+    labels = [tag for _, tags in train_set for tag in tags.tolist()]
+    data_info["class_weights"] = class_weights(cfg, labels, tag_names)
+    return train_set, val_set, data_info
 
 
 def build_eval_set(cfg, data_info: dict, split: str):

@@ -61,53 +61,86 @@ def build_model(cfg, data_info: dict) -> nn.Module:
 # --- the loss and the metrics: what train.py's loop calls ----------------------------
 
 
-def compute_loss(model, batch):
+def build_loss_args(cfg, data_info: dict, device) -> dict:
+    """summed_loss's keyword arguments in training: the tag weights and the label
+    smoothing of --class-weights and --label-smoothing."""
+    weight = class_weight(data_info, device)
+    return {"weight": weight, "label_smoothing": cfg.label_smoothing}
+
+
+def class_weight(data_info: dict, device) -> torch.Tensor | None:
+    """--class-weights balanced: a weight per tag, counted by data.py on the training
+    tokens and kept in data_info (in every checkpoint); None: every tag weighs 1."""
+    weights = data_info.get("class_weights")
+    return None if weights is None else torch.tensor(weights, device=device)
+
+
+def compute_loss(model, batch, loss_args: dict):
     """The loss summed over a batch, and what it is normalised by (loss_count). The loop
     divides, by this count or by a whole accumulation window's; amp, grad-accum, ddp and
-    fsdp wrap this call and never change it: your own loss (label smoothing, class
-    weights, another head) goes here, or in summed_loss."""
+    fsdp wrap this call and never change it: your own loss (a CRF, focal loss) goes
+    here, or in summed_loss. loss_args: what build_loss_args returned."""
     inputs, targets = batch
-    return summed_loss(model(inputs), targets), loss_count(batch)
+    loss = summed_loss(model(inputs), targets, **loss_args)
+    return loss, loss_count(batch, loss_args)
 
 
-def summed_loss(logits, targets) -> torch.Tensor:
-    """Cross-entropy summed over the real tokens (padding positions hold IGNORE_INDEX):
-    training and validation alike."""
+def summed_loss(logits, targets, weight=None, label_smoothing=0.0) -> torch.Tensor:
+    """Cross-entropy summed over the real tokens (padding positions hold IGNORE_INDEX),
+    each token's term times its tag's weight (weight: one per tag, or None); label
+    smoothing in training only, so validation losses compare across settings."""
     # (batch, tags, length), as cross_entropy wants
     logits = logits.float().transpose(1, 2)
-    return F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="sum")
+    return F.cross_entropy(
+        logits,
+        targets,
+        weight=weight,
+        ignore_index=IGNORE_INDEX,
+        label_smoothing=label_smoothing,
+        reduction="sum",
+    )
 
 
-def loss_count(batch) -> torch.Tensor:
-    """What a batch's loss is divided by: its real (non-padding) tokens. Read from the
-    batch alone, with no forward pass, so an accumulation window knows its size before
-    any backward; counted where the batch is, so the host never waits for the device."""
+def loss_count(batch, loss_args: dict) -> torch.Tensor:
+    """What a batch's loss is divided by: its real (non-padding) tokens, or with tag
+    weights the sum of their tags' weights (cross_entropy's own weighted mean). Read
+    from the batch alone, with no forward pass, so an accumulation window knows its
+    size before any backward; counted where the batch is, so the host never waits for
+    the device."""
     _, targets = batch
-    return (targets != IGNORE_INDEX).sum()
+    real = targets != IGNORE_INDEX
+    weight = loss_args.get("weight")
+    if weight is None:
+        return real.sum()
+    return weight[targets[real]].sum()
 
 
 def validation_sums(model, batch, data_info: dict) -> torch.Tensor:
-    """A validation batch's loss, correct and real tokens, and true positive, predicted
-    and gold entities. train.py's evaluate() adds them up over the whole set (and every
+    """A validation batch's loss (weighted as in training, no label smoothing), its
+    tokens' weights, correct and real tokens, and true positive, predicted and gold
+    entities. train.py's evaluate() adds them up over the whole set (and every
     rank) and hands them to validation_metrics; data_info is what data.py's
     build_datasets returned (its tag names)."""
     inputs, targets = batch
     logits = model(inputs)
     real = targets != IGNORE_INDEX
     predictions = logits.argmax(-1)
-    loss = summed_loss(logits, targets)
+    loss_args = {"weight": class_weight(data_info, targets.device)}
+    loss = summed_loss(logits, targets, **loss_args)
+    weights = loss_count(batch, loss_args)
     correct = (predictions == targets)[real].sum()
     tp, n_pred, n_gold = count_entities(predictions, targets, data_info["tags"])
-    sums = [loss.item(), correct.item(), real.sum().item(), tp, n_pred, n_gold]
+    sums = [loss.item(), weights.item(), correct.item(), real.sum().item()]
+    sums += [tp, n_pred, n_gold]
     return torch.tensor(sums, dtype=torch.float64, device=targets.device)
 
 
 def validation_metrics(sums: torch.Tensor) -> dict:
     """What train.py logs (and selects best.pt by), from validation_sums' totals:
     the entity F1 is exact (micro, over the whole set), not a mean over batches."""
-    loss, correct, count, tp, n_pred, n_gold = sums.tolist()
+    loss, weights, correct, count, tp, n_pred, n_gold = sums.tolist()
     f1 = 2 * tp / (n_pred + n_gold) if n_pred + n_gold else 0.0
-    return {"val_loss": loss / count, "val_acc": correct / count, "val_f1": f1}
+    return {"val_loss": loss / weights, "val_acc": correct / count, "val_f1": f1}
 
 
 def load_trained(path, device: torch.device):

@@ -62,6 +62,7 @@ from tqdm import tqdm
 import callbacks as cb  # [callbacks]
 from data import Collate, build_datasets, load_tokenizer  # [pretrained]
 from model import (
+    build_loss_args,
     build_model,
     compute_loss,
     export,
@@ -104,6 +105,11 @@ class Config:
     batch_size: int = 32  # samples per forward pass
     lr: float = 5e-5  # [pretrained] peak learning rate (AdamW) of the new head
     weight_decay: float = 0.01  # AdamW decoupled weight decay
+    # the share of each target spread evenly over all tags (0: none; 0.1 is usual)
+    label_smoothing: float = 0.0
+    # none (every tag weighs 1) or balanced: tags weighted by the inverse of
+    # their training tokens (see class_weights in data.py)
+    class_weights: str = "none"
     warmup_steps: int = 10  # linear warmup (updates), then cosine decay to zero
     max_grad_norm: float = 1.0  # clip the gradient norm (0: no clipping)
     max_steps: int = 0  # stop after this many optimizer updates (0: all epochs)
@@ -161,6 +167,14 @@ class Config:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{flag(name)} must be > 0, got {getattr(self, name)}")
         non_negative = ["weight_decay", "warmup_steps", "max_grad_norm", "max_steps"]
+        if not 0 <= self.label_smoothing < 1:
+            raise ValueError(
+                f"--label-smoothing must be in [0, 1), got {self.label_smoothing}"
+            )
+        if self.class_weights not in ("none", "balanced"):
+            raise ValueError(
+                f"--class-weights must be none or balanced, got {self.class_weights!r}"
+            )
         if self.num_workers < -1:
             raise ValueError(
                 f"--num-workers must be >= 0 or -1 (auto), got {self.num_workers}"
@@ -1104,6 +1118,7 @@ def main(argv: list[str] | None = None) -> dict:
     model = build_model(cfg, data_info).to(device)
     if cfg.activation_checkpointing:
         checkpoint_activations(model)
+    loss_args = build_loss_args(cfg, data_info, device)  # the loss's flags: model.py
     optimizer, scheduler = build_optimizer(
         model, cfg, total_steps, frozen_steps
     )  # [pretrained]
@@ -1168,7 +1183,7 @@ def main(argv: list[str] | None = None) -> dict:
             for window in windows(loader, cfg.grad_accum_steps):  # [grad-accum]
                 # [grad-accum] losses / the window's count: K x b == a batch of K*b
                 # (tokens: the summed loss over the window's real, non-padding tokens)
-                denominator = sum(loss_count(batch) for batch in window)
+                denominator = sum(loss_count(batch, loss_args) for batch in window)
                 # [ddp] [callbacks] [resume] one all-reduce: the count, the stop flags
                 flags = (stop_asked, bool(stop_signals))
                 denominator, raised = over_ranks(denominator, *flags, device=device)
@@ -1181,7 +1196,7 @@ def main(argv: list[str] | None = None) -> dict:
 
                     # [amp] the forward pass in low precision, the loss scaled for fp16
                     with autocast:
-                        loss_sum, _ = compute_loss(ddp_model, batch)  # [ddp]
+                        loss_sum, _ = compute_loss(ddp_model, batch, loss_args)  # [ddp]
                     loss = loss_sum / denominator
                     scaler.scale(loss).backward()
                     window_loss += loss.detach()

@@ -38,7 +38,7 @@ from data import (  # [pretrained]
     entity_spans,
     load_tokenizer,
 )
-from model import best_device, load_trained, summed_loss
+from model import best_device, class_weight, load_trained, loss_count, summed_loss
 from plot import plot_confusion
 
 
@@ -62,15 +62,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 @torch.no_grad()
-def predict_split(model, loader, device):
-    """Summed token loss (model.py's summed_loss, as train.py validates) and, per
+def predict_split(model, loader, device, loss_args):
+    """The token loss, a weighted mean (model.py's summed_loss and loss_count with the
+    checkpoint's tag weights, as train.py validates), and, per
     sentence, the target tag ids, predicted tag ids and the probability of each
     predicted tag."""
-    loss_sum, sentences = 0.0, []
+    loss_sum, weights, sentences = 0.0, 0.0, []
     for inputs, targets in loader:
         inputs, targets = inputs.to(device), targets.to(device)
         logits = model(inputs).float()
-        loss_sum += summed_loss(logits, targets).item()
+        loss_sum += summed_loss(logits, targets, **loss_args).item()
+        weights += loss_count((inputs, targets), loss_args).item()
         probabilities, predictions = logits.softmax(-1).max(-1)
         for gold, predicted, probs in zip(
             targets, predictions, probabilities, strict=True
@@ -79,7 +81,7 @@ def predict_split(model, loader, device):
             sentences.append(
                 (gold[real].tolist(), predicted[real].tolist(), probs[real].tolist())
             )
-    return loss_sum, sentences
+    return loss_sum / weights, sentences
 
 
 def entity_scores(sentences, tag_names: list[str]) -> dict:
@@ -143,7 +145,8 @@ def main(argv: list[str] | None = None) -> dict:
         collate_fn=Collate(tokenizer),  # [pretrained] per-batch padding, as in training
     )
     tag_names = data_info["tags"]
-    loss_sum, sentences = predict_split(model, loader, device)
+    loss_args = {"weight": class_weight(data_info, device)}  # the training's weights
+    loss, sentences = predict_split(model, loader, device, loss_args)
     tokens = sum(len(gold) for gold, _, _ in sentences)
     correct = sum(
         g == p
@@ -155,7 +158,7 @@ def main(argv: list[str] | None = None) -> dict:
         "split": args.split,
         "sentences": len(sentences),
         "tokens": tokens,
-        "loss": loss_sum / tokens,
+        "loss": loss,
         "token_accuracy": correct / tokens,
         **entity_scores(sentences, tag_names),
     }

@@ -11,6 +11,7 @@ metrics skip.
 """
 
 import random
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -112,6 +113,22 @@ def read_conll(path: Path) -> list[tuple[list[str], list[str], int]]:
     if not sentences:
         raise ValueError(f"{path}: no sentences")
     return sentences
+
+
+def class_weights(cfg, labels: list[int], names: list[str]) -> list[float] | None:
+    """--class-weights balanced: a tag of n training tokens weighs N / (tags x n), as
+    scikit-learn's "balanced" does (rare tags weigh more, the mean weight of a token is
+    1); none: None, every tag weighs 1. In data_info, so in every checkpoint."""
+    if cfg.class_weights == "none":
+        return None
+    counts = Counter(labels)
+    for i, name in enumerate(names):
+        if not counts[i]:
+            raise ValueError(
+                f"--class-weights balanced: no training token is tag {name!r};"
+                " use --class-weights none"
+            )
+    return [len(labels) / (len(names) * counts[i]) for i in range(len(names))]
 
 
 def load_tokenizer(cfg):
@@ -249,7 +266,7 @@ def encode(
 
 def build_datasets(cfg, tokenizer):
     """[pretrained] Return (train_set, val_set, data_info); data_info (the tags, the
-    padding id) goes in checkpoints."""
+    padding id, the tag weights) goes in checkpoints."""
     if cfg.data_dir:
         train_path = Path(cfg.data_dir, "train.txt")
         val_path = Path(cfg.data_dir, "val.txt")
@@ -272,7 +289,12 @@ def build_datasets(cfg, tokenizer):
     )
     # validation labels first sub-words only: its metrics are per word
     val_set = encode(val, tokenizer, tag_names, cfg.max_length, str(val_path), False)
-    return train_set, val_set, {"tags": tag_names, "pad_id": tokenizer.pad_token_id}
+    data_info = {"tags": tag_names, "pad_id": tokenizer.pad_token_id}
+    labels = [
+        tag for example in train_set for tag in example["labels"] if tag != IGNORE_INDEX
+    ]
+    data_info["class_weights"] = class_weights(cfg, labels, tag_names)
+    return train_set, val_set, data_info
 
 
 def build_eval_set(cfg, data_info: dict, split: str, tokenizer):

@@ -33,6 +33,8 @@ from conftest import (
 FLOAT32_NOISE = 1e-4
 # 15 validation samples: shards of 8 and 7; a padded shard would count a sample twice
 ARGS = ["--synthetic-val-size", "15", "--epochs", "2", "--lr", "1e-12"]
+# weighted and smoothed: an update is the weighted mean over every rank's samples
+ARGS += ["--class-weights", "balanced", "--label-smoothing", "0.1"]
 # [grad-accum] windows of 2: no_sync on all but a window's last micro-batch
 ARGS += ["--grad-accum-steps", "2"]
 

@@ -34,6 +34,8 @@ FLOAT32_NOISE = 1e-4
 # 2 epochs of 3 updates; no clipping: the gradients are compared as they are
 ARGS = ["--synthetic-train-size", 72, "--epochs", 2, "--max-grad-norm", 0]
 ARGS += ["--lr", 1e-12]
+# weighted and smoothed: a window's loss is the weighted mean over all its samples
+ARGS += ["--class-weights", "balanced", "--label-smoothing", 0.1]
 
 
 @pytest.fixture(scope="module")
